@@ -1,0 +1,230 @@
+"""The worker thread: loads the model, probes the roofline and runs the decoder off the UI thread.
+
+One long-lived `SessionWorker` (a QThread) takes requests from a queue, so an engine exception
+ends a run, not the worker: the next run reuses the thread and the loaded model. The decoder is a
+generator; between two windows the worker checks stop, pause and single steps, and each yielded
+`WindowEvent` crosses to the main thread through `window(run_id, event)`, a queued signal.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QThread, Signal
+
+from engine.errors import ModelLoadError, ParameterError, SpecscopeError
+from engine.settings import DecodeSettings
+
+from . import engine_api
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    model: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    run_id: int
+    spec: RuntimeSpec
+    prompt: Any                     # str (raw text) or list of chat messages
+    settings: DecodeSettings
+    max_windows: int | None = None  # stop after this many windows (screenshot mode)
+    start_paused: bool = False      # wait before the first window (Step from idle)
+    probe: bool = False             # measure the roofline of the attached card first
+
+
+class _Cancelled(Exception):
+    """Raised from a progress callback to abandon a load or probe when stop is requested."""
+
+
+def describe_error(e: BaseException) -> tuple[str, str]:
+    """(message for the banner, kind): kind is model | parameter | memory | internal."""
+    if isinstance(e, ModelLoadError):
+        return str(e), "model"
+    if isinstance(e, ParameterError):
+        return str(e), "parameter"
+    if isinstance(e, SpecscopeError):
+        return str(e), "parameter"
+    name = type(e).__name__
+    if isinstance(e, MemoryError) or "OutOfMemory" in name:
+        return ("out of memory: lower --depth × --width, shorten the prompt or --max-new-tokens, "
+                f"or use a smaller --dtype ({name}: {str(e).splitlines()[0] if str(e) else ''})",
+                "memory")
+    return f"internal error: {name}: {e} (the traceback is on stderr)", "internal"
+
+
+class SessionWorker(QThread):
+    progress = Signal(str, float)        # stage, fraction in [0, 1]
+    runtime_ready = Signal(object)       # dict: model, device, dtype, load_s
+    profile_ready = Signal(object)       # the attached card's cost profile
+    run_started = Signal(int, object)    # run_id, header dict (settings, model, device, prompt)
+    window = Signal(int, object)         # run_id, WindowEvent
+    run_finished = Signal(int, object)   # run_id, report dict
+    failed = Signal(int, str, str)       # run_id, message, kind
+    state_changed = Signal(str)          # idle | loading | probing | running | paused
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._requests: "queue.Queue[RunRequest | None]" = queue.Queue()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._paused = False
+        self._steps = 0
+        self._controls: "queue.Queue[DecodeSettings]" = queue.Queue()
+        self._rt = None
+        self._rt_spec: RuntimeSpec | None = None
+        self._profiles: dict[RuntimeSpec, Any] = {}
+        self.state = "idle"
+        self.active_run = 0
+
+    # ---- called from the main thread ------------------------------------------------------
+    def submit(self, req: RunRequest) -> None:
+        """Queue a run; any run in progress is stopped first."""
+        with self._cond:
+            self._stop.set()
+            self._paused = req.start_paused
+            self._steps = 1 if req.start_paused else 0
+            self._cond.notify_all()
+        self._requests.put(req)
+        if not self.isRunning():
+            self.start()
+
+    def pause(self) -> None:
+        with self._cond:
+            self._paused, self._steps = True, 0
+            self._cond.notify_all()
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused, self._steps = False, 0
+            self._cond.notify_all()
+
+    def step(self) -> None:
+        """Run exactly one more window, then pause."""
+        with self._cond:
+            self._paused = True
+            self._steps += 1
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop.set()
+            self._cond.notify_all()
+
+    def send_settings(self, settings: DecodeSettings) -> None:
+        """Applied by the decoder at its next window boundary."""
+        self._controls.put(settings)
+
+    def shutdown(self, timeout_ms: int = 2000) -> bool:
+        """Stop the run and end the thread; True when it ended within the timeout."""
+        self.stop()
+        self._requests.put(None)
+        return self.wait(timeout_ms)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    # ---- the thread -----------------------------------------------------------------------
+    def run(self) -> None:
+        while True:
+            req = self._requests.get()
+            if req is None:
+                return
+            if not self._requests.empty():   # a newer request superseded this one
+                continue
+            self._stop.clear()
+            self.active_run = req.run_id
+            self._controls = queue.Queue()
+            try:
+                self._execute(req)
+            except _Cancelled:
+                pass
+            except BaseException as e:       # noqa: BLE001 - the worker must survive any run
+                if not isinstance(e, SpecscopeError):
+                    traceback.print_exc()
+                msg, kind = describe_error(e)
+                if kind == "model":
+                    self._rt, self._rt_spec = None, None
+                self.failed.emit(req.run_id, msg, kind)
+            finally:
+                self._set_state("idle")
+
+    def _set_state(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            self.state_changed.emit(state)
+
+    def _progress(self, stage: str, frac: float) -> None:
+        if self._stop.is_set():
+            raise _Cancelled()
+        self.progress.emit(stage, float(frac))
+
+    def _runtime(self, spec: RuntimeSpec):
+        if self._rt is not None and self._rt_spec == spec:
+            return self._rt
+        self._set_state("loading")
+        self._rt, self._rt_spec = None, None
+        t0 = time.perf_counter()
+        rt = engine_api.open_runtime(spec.model, spec.device, spec.dtype, progress=self._progress)
+        self._rt, self._rt_spec = rt, spec
+        self.progress.emit("model ready", 1.0)
+        self.runtime_ready.emit({"model": engine_api.model_name(rt), "device": rt.device_name,
+                                 "dtype": getattr(rt, "dtype_name", ""),
+                                 "load_s": time.perf_counter() - t0})
+        return rt
+
+    def _execute(self, req: RunRequest) -> None:
+        rt = self._runtime(req.spec)
+        if req.probe and req.spec not in self._profiles:
+            self._set_state("probing")
+            profile = engine_api.probe_profile(rt, progress=self._progress)
+            if profile is not None:
+                self._profiles[req.spec] = profile
+                self.profile_ready.emit(profile)
+        elif req.spec in self._profiles:
+            self.profile_ready.emit(self._profiles[req.spec])
+        ids = engine_api.encode_prompt(rt, req.prompt)
+        dec = engine_api.Decoder(rt, ids, req.settings, controls=self._controls, stop=self._stop)
+        self.run_started.emit(req.run_id, {
+            "settings": req.settings.to_dict(), "model": engine_api.model_name(rt),
+            "device": rt.device_name, "dtype": getattr(rt, "dtype_name", ""),
+            "prompt": req.prompt, "prompt_tokens": len(ids)})
+        gen = dec.windows()
+        n = 0
+        try:
+            while True:
+                if not self._gate():
+                    break
+                self._set_state("running")
+                try:
+                    ev = next(gen)
+                except StopIteration:
+                    break
+                n += 1
+                self.window.emit(req.run_id, ev)
+                if req.max_windows is not None and n >= req.max_windows:
+                    break
+        finally:
+            gen.close()
+        self.run_finished.emit(req.run_id, dec.report())
+
+    def _gate(self) -> bool:
+        """Block while paused (unless a step is owed); False when stop was requested."""
+        with self._cond:
+            while self._paused and self._steps == 0 and not self._stop.is_set():
+                self._set_state("paused")
+                self._cond.wait(0.25)
+            if self._stop.is_set():
+                return False
+            if self._paused:
+                self._steps -= 1
+            return True
