@@ -239,6 +239,8 @@ class Decoder:
                            for v, i in zip(scores.top_values[r], scores.top_ids[r])]
                 dt = tree.tokens[node] if node >= 0 else None
                 led = outcome.ledgers[r] if outcome.ledgers else None
+                if led is not None:
+                    led = led.to_event(tok.token_text)
                 rows.append(E.VerifyRow(
                     row=r, node=node, depth=0 if node < 0 else tree.depths[node],
                     draft_token=dt, draft_text="" if dt is None else tok.token_text(dt),

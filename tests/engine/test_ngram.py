@@ -1,0 +1,265 @@
+"""The n-gram index and the drafters, against brute force on real tokenized code prompts."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.drafters import MAX_SCAN, LookupDrafter, TreeDrafter, make_drafter
+from engine.errors import ParameterError
+from engine.gguf_loader import read_gguf
+from engine.loading import default_model_path
+from engine.ngram import NgramIndex
+from engine.sampling import SamplingConfig
+from engine.tokenizer import Tokenizer
+from engine.tree import TokenTree
+from engine.verify import verify_greedy
+
+WORKLOADS = Path(__file__).resolve().parents[2] / "assets" / "workloads" / "code_edit_prompts.jsonl"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Thousands of tiny tensor ops: on a busy 2-core runner an op that goes parallel can wait
+    ~10-20 ms for its second OpenMP thread, so run single-threaded and restore afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.from_gguf_fields(read_gguf(default_model_path()).metadata)
+
+
+@pytest.fixture(scope="module")
+def workloads() -> list[dict]:
+    return [json.loads(line) for line in WORKLOADS.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def code_prompt(tokenizer, workloads) -> list[int]:
+    """The first code-edit prompt (textwrap.dedent plus an edit instruction), ~450 tokens."""
+    return tokenizer.encode(workloads[0]["messages"][0]["content"], add_special_tokens=False)
+
+
+# --- brute force --------------------------------------------------------------------------------
+
+
+def brute_matches(tokens: list[int], n: int) -> list[int]:
+    end = len(tokens)
+    if end < n:
+        return []
+    suffix = tokens[end - n:]
+    return [p for p in range(n, end) if tokens[p - n:p] == suffix]
+
+
+def brute_lookup(tokens: list[int], n_min: int, n_max: int) -> tuple[int, list[int]]:
+    for n in range(n_max, n_min - 1, -1):
+        hits = brute_matches(tokens, n)
+        if hits:
+            return n, hits
+    return 0, []
+
+
+# --- the index ----------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.lists(st.integers(0, 3), max_size=60), n_min=st.integers(1, 3),
+       extra=st.integers(0, 3), cuts=st.lists(st.integers(0, 60), max_size=4))
+def test_index_matches_brute_force(tokens, n_min, extra, cuts):
+    n_max = n_min + extra
+    idx = NgramIndex(n_min, n_max)
+    # feed the stream in arbitrary chunks: the index must not care
+    bounds = sorted({0, len(tokens), *[min(c, len(tokens)) for c in cuts]})
+    for a, b in zip(bounds, bounds[1:]):
+        idx.extend(tokens[a:b])
+        seen = tokens[:b]
+        assert idx.tokens == seen
+        for n in range(n_min, n_max + 1):
+            assert idx.matches(n) == brute_matches(seen, n)
+        assert idx.lookup() == brute_lookup(seen, n_min, n_max)
+
+
+def test_index_worked_example_and_errors():
+    idx = NgramIndex(1, 2)
+    idx.extend([1, 2, 3, 1, 2])
+    assert idx.matches(2) == [2]
+    assert idx.matches(1) == [2]
+    assert idx.lookup() == (2, [2])
+    assert idx.continuation(2, 10) == [3, 1, 2]        # cut at the end of the stream
+    idx.append(9)
+    assert idx.lookup() == (0, [])
+    with pytest.raises(ParameterError, match="n-grams of 1..2"):
+        idx.matches(3)
+    with pytest.raises(ParameterError):
+        NgramIndex(0, 2)
+
+
+# --- drafters on a real prompt --------------------------------------------------------------------
+
+
+def cut_points(tokens: list[int]) -> range:
+    return range(20, len(tokens), 3)
+
+
+def chain(tree: TokenTree) -> list[int]:
+    assert all(p == i - 1 for i, p in enumerate(tree.parents))
+    return list(tree.tokens)
+
+
+@pytest.mark.parametrize("rule", ["recent", "first", "frequent"])
+def test_lookup_rules_pick_the_expected_continuation(code_prompt, rule):
+    drafter = LookupDrafter(rule)
+    depth, differs = 6, 0
+    for t in cut_points(code_prompt):
+        stream = code_prompt[:t]
+        idx = NgramIndex(1, 4)
+        idx.extend(stream)
+        tree = drafter.propose(idx, stream[-1], depth, 1, 1 + depth)
+        n, hits = brute_lookup(stream, 1, 4)
+        if not hits:
+            assert len(tree) == 0
+            continue
+        conts = [tuple(stream[p:p + depth]) for p in hits]
+        if rule == "recent":
+            pos = hits[-1]
+        elif rule == "first":
+            pos = hits[0]
+        else:   # most frequent continuation (among the scanned recent hits), ties: most recent
+            counts = Counter(conts[-MAX_SCAN:])
+            best = max(counts.values())
+            pos = max(p for p, c in zip(hits[-MAX_SCAN:], conts[-MAX_SCAN:]) if counts[c] == best)
+        assert chain(tree) == stream[pos:pos + depth]
+        assert tree.provenance[0].position == pos
+        assert tree.provenance[-1].position == pos + len(tree) - 1
+        assert tree.root == stream[-1]
+        differs += len({conts[0], conts[-1]}) > 1
+    assert differs > 10   # the prompt really has suffixes whose first and last matches disagree
+
+
+def test_lookup_respects_budget_and_stream_end(code_prompt):
+    idx = NgramIndex(1, 4)
+    idx.extend(code_prompt)
+    tree = LookupDrafter("recent").propose(idx, code_prompt[-1], 8, 1, budget_rows=4)
+    assert len(tree) <= 3
+    idx = NgramIndex(1, 2)
+    idx.extend([5, 6, 7, 5, 6])
+    tree = LookupDrafter("recent").propose(idx, 6, 8, 1, budget_rows=9)
+    assert chain(tree) == [7, 5, 6]   # the continuation stops at the end of the stream
+    assert len(LookupDrafter().propose(idx, 6, 8, 1, budget_rows=1)) == 0
+
+
+@pytest.mark.parametrize("depth, width", [(8, 3), (4, 4), (6, 1), (3, 8)])
+def test_tree_drafter_width_depth_budget_and_sources(code_prompt, depth, width):
+    drafter = TreeDrafter()
+    budget = 1 + depth * width
+    wider = 0
+    for t in cut_points(code_prompt):
+        stream = code_prompt[:t]
+        idx = NgramIndex(1, 4)
+        idx.extend(stream)
+        tree = drafter.propose(idx, stream[-1], depth, width, budget)
+        assert tree.n_rows <= budget and tree.max_depth <= depth
+        assert len(tree.leaves()) <= width
+        n, hits = brute_lookup(stream, 1, 4)
+        if not hits:
+            assert len(tree) == 0
+            continue
+        # every path is copied from the stream, right after an occurrence of the suffix: the
+        # continuation that created node i starts depth(i) - 1 tokens before i's position
+        for i in range(len(tree)):
+            d = tree.depths[i]
+            start = tree.provenance[i].position - d + 1
+            assert tree.path_tokens(i) == stream[start:start + d]
+            assert start in brute_matches(stream, 1)
+        # branch 0: the longest n-gram's most frequent continuation (ties: most recent)
+        conts = [tuple(stream[p:p + depth]) for p in hits][-MAX_SCAN:]
+        counts = Counter(conts)
+        best = max(counts.values())
+        pos0 = max(p for p, c in zip(hits[-MAX_SCAN:], conts) if counts[c] == best)
+        leaf0 = max(i for i in range(len(tree)) if tree.provenance[i].match == 0)
+        assert tree.path_tokens(leaf0) == stream[pos0:pos0 + depth]
+        # when the longest n-gram has at most `width` continuations, the tree holds all of them
+        distinct = {c for c in counts if not any(d != c and d[:len(c)] == c for d in counts)}
+        if len(distinct) <= width:
+            paths = {tuple(tree.path_tokens(i)) for i in range(len(tree))}
+            assert distinct <= paths
+        wider += len(tree.children(-1)) > 1
+        # deduped: no candidate repeats, or is a prefix of, an earlier one
+        cands = [c for c, _ in drafter.candidates(idx, depth, width)]
+        assert not any(b[:len(a)] == a for i, a in enumerate(cands) for b in cands[:i])
+    if width > 1:
+        assert wider > 5   # the prompt really produces branching trees
+
+
+def test_make_drafter():
+    assert make_drafter("none", "recent") is None
+    assert isinstance(make_drafter("lookup", "first"), LookupDrafter)
+    assert make_drafter("lookup", "first").match == "first"
+    assert isinstance(make_drafter("tree", "recent"), TreeDrafter)
+    with pytest.raises(ParameterError, match="drafter"):
+        make_drafter("medusa", "recent")
+    with pytest.raises(ParameterError, match="match"):
+        make_drafter("lookup", "latest")
+
+
+# --- end to end: drafters + greedy verify against an oracle target ----------------------------------
+
+
+def oracle_answer(item: dict) -> str:
+    """The edit a coding agent would emit: the function re-emitted, renamed."""
+    code = re.search(r"```python\n(.*?)```", item["messages"][0]["content"], re.S).group(1)
+    return "```python\n" + re.sub(rf"\b{item['old_name']}\b", item["new_name"], code) + "```"
+
+
+def simulate(prompt: list[int], answer: list[int], drafter, depth: int, width: int) -> float:
+    """Greedy speculative decoding where the target model emits `answer` exactly: row r's logits
+    are one-hot at the answer's next token when r's path matches the answer so far. Returns
+    tokens per verify pass."""
+    vocab = {t: i for i, t in enumerate(dict.fromkeys(prompt + answer))}   # a compact vocabulary
+    prompt = [vocab[t] for t in prompt]
+    answer = [vocab[t] for t in answer]
+    idx = NgramIndex(1, 4)
+    idx.extend(prompt)
+    context, done, passes = list(prompt), 0, 0
+    while done < len(answer):
+        tree = (TokenTree.empty(context[-1]) if drafter is None else
+                drafter.propose(idx, context[-1], depth, width, 1 + depth * width))
+        logits = torch.zeros(tree.n_rows, len(vocab))
+        for r in range(tree.n_rows):
+            path = tree.path_tokens(r - 1) if r else []
+            k = done + len(path)
+            if answer[done:k] == path and k < len(answer):
+                logits[r, answer[k]] = 1.0
+        out = verify_greedy(tree, logits, context, SamplingConfig())
+        emitted = out.emitted[:len(answer) - done]
+        assert emitted == answer[done:done + len(emitted)]
+        context.extend(emitted)
+        idx.extend(emitted)
+        done += len(emitted)
+        passes += 1
+    return len(answer) / passes
+
+
+def test_tree_beats_linear_lookup_on_code_edits(tokenizer, workloads):
+    results = []
+    for item in workloads[:3]:
+        prompt = tokenizer.encode(item["messages"][0]["content"], add_special_tokens=False)
+        answer = tokenizer.encode(oracle_answer(item), add_special_tokens=False)
+        plain = simulate(prompt, answer, None, 8, 1)
+        recent = simulate(prompt, answer, LookupDrafter("recent"), 8, 1)
+        tree = simulate(prompt, answer, TreeDrafter(), 8, 3)
+        assert plain == 1.0
+        results.append((recent, tree))
+        assert tree >= recent > 1.5
+    assert sum(t for _, t in results) > 1.05 * sum(r for r, _ in results)
