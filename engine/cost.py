@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -123,7 +123,7 @@ def _hinge(r: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float, f
     constant on the left points and a free line on the right ones, so the best such knee is the
     crossing of the two separate least-squares fits if it falls inside the gap; otherwise the
     optimum sits on a data point, and a knee on a data point is a 2-parameter linear fit.
-    knee None means "flat over every probed row" (slope 0).
+    knee None means "flat over every probed row" (slope 0); knee r[0] means "a line throughout".
     """
     n = len(r)
     ones = np.ones(n)
@@ -135,8 +135,9 @@ def _hinge(r: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float, f
         (c, b), sse = _wls(np.stack([ones, h], 1), y, w)
         if b > 0 and sse < best[3]:
             best = (float(c), float(b), float(r[j]), sse)
-    # knee strictly inside a gap: constant left of it, line (>= 2 points) right of it
-    for j in range(n - 2):
+    # knee strictly inside a gap: constant left of it (>= 2 points: one point alone is no
+    # evidence of a flat part, and noise would often buy one), line (>= 2 points) right of it
+    for j in range(1, n - 2):
         L, R = slice(0, j + 1), slice(j + 1, n)
         c = float(np.sum(w[L] * y[L]) / np.sum(w[L]))
         sse_l = float(np.sum(w[L] * (y[L] - c) ** 2))
@@ -426,11 +427,6 @@ def what_if(windows: Sequence[tuple[int, int]], profile: CostProfile) -> dict[st
         # windows larger than the profile vouches for were priced by extrapolation
         "extrapolated_windows": len(beyond),
     }
-
-
-def with_fit(profile: CostProfile, fit: CostFit) -> CostProfile:
-    """A copy of `profile` with another fit (e.g. a what-if flat cost in the workbench)."""
-    return replace(profile, fit=fit)
 
 
 def describe_fit(profile: CostProfile) -> str:
