@@ -40,20 +40,39 @@ class RowScores:
 
 
 class _GraphBucket:
+    """One captured verify pass of `rows` rows at the runtime's cache capacity.
+
+    Host -> device traffic per pass is one packed long tensor: tokens [B], depths [B], the
+    committed length n [1] and the window's ancestor matrix [B*B]. Positions, cache slots and
+    the [B, C] attention mask are derived inside the graph, so a plain decode step copies 4 longs.
+    """
+
     def __init__(self, rt: "Runtime", rows: int):
-        C, dev = rt.cache.capacity, rt.device
-        self.rows = rows
-        self.tokens = torch.zeros(rows, dtype=torch.long, device=dev)
-        self.positions = torch.zeros(rows, dtype=torch.long, device=dev)
-        self.slots = torch.arange(rows, dtype=torch.long, device=dev)
-        self.mask = torch.zeros(rows, C, dtype=torch.bool, device=dev)
-        self.mask[:, 0] = True
+        C, dev, B = rt.cache.capacity, rt.device, rows
+        self.rows = B
+        self.packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=dev)
+        self.host = torch.zeros(2 * B + 1 + B * B, dtype=torch.long,
+                                pin_memory=dev.type == "cuda")
+        cols = torch.arange(C, device=dev)
+        ar = torch.arange(B, device=dev)
 
         def run():
-            logits = rt.model.forward(self.tokens, self.positions, self.mask, rt.cache, self.slots)
+            tokens = self.packed[:B]
+            depth = self.packed[B:2 * B]
+            n = self.packed[2 * B]
+            anc = self.packed[2 * B + 1:].view(B, B).bool()
+            rel = cols - n                                          # [C]
+            in_window = (rel >= 0) & (rel < B)
+            win = anc[:, rel.clamp(0, B - 1)] & in_window            # [B, C]
+            mask = (cols < n).unsqueeze(0) | win                     # [B, C]
+            logits = rt.model.forward(tokens, n + depth, mask, rt.cache, n + ar)
             top = logits.topk(TOPK, dim=-1)
-            return logits, top.values, top.indices
+            return logits, top.values.float(), top.indices
 
+        self.run = run
+        self.graph = None
+        if dev.type != "cuda":      # CPU: the same bucket logic, run eagerly (tests use this)
+            return
         s = torch.cuda.Stream(dev)
         s.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(s):
@@ -63,6 +82,23 @@ class _GraphBucket:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=rt._pool):
             self.logits, self.top_values, self.top_ids = run()
+
+    def replay(self, tokens: list[int], depth: list[int], anc: torch.Tensor, n: int) -> None:
+        B, R = self.rows, len(tokens)
+        h = self.host
+        h.zero_()
+        h[:R] = torch.tensor(tokens)
+        h[B:B + R] = torch.tensor(depth)
+        h[B + R:2 * B] = torch.arange(1, B - R + 1)     # padded rows: positions past the window
+        h[2 * B] = n
+        a = h[2 * B + 1:].view(B, B)
+        a[:R, :R] = anc
+        a[R:, R:] = torch.eye(B - R, dtype=torch.long)  # padded rows see only themselves
+        self.packed.copy_(h, non_blocking=True)
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.logits, self.top_values, self.top_ids = self.run()
 
 
 class Runtime:
@@ -78,7 +114,8 @@ class Runtime:
         self.model_id = loaded.source.name
         self.model = Transformer(self.config, loaded.weights, self.device, self.dtype)
         self.use_graphs = (self.device.type == "cuda") if graphs is None else graphs
-        self._pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
+        self._pool = (torch.cuda.graph_pool_handle()
+                      if self.use_graphs and self.device.type == "cuda" else None)
         self._buckets: dict[int, _GraphBucket] = {}
         self.cache: KVCache = self.model.new_cache(capacity or min(self.config.max_context, 2048))
 
@@ -98,6 +135,7 @@ class Runtime:
         return self.cache
 
     # -- passes ------------------------------------------------------------------------
+    @torch.inference_mode()
     def prefill(self, ids: list[int]) -> None:
         """Write `ids` into the cache as committed tokens (no logits needed)."""
         cache = self.cache
@@ -108,10 +146,10 @@ class Runtime:
             pos = torch.arange(n, n + R, device=self.device)
             mask = torch.ones(R, n + R, dtype=torch.bool, device=self.device)
             mask[:, n:] = torch.tril(mask[:, n:])
-            with torch.inference_mode():
-                self.model.forward(t, pos, mask, cache, pos, last_only=True)
+            self.model.forward(t, pos, mask, cache, pos, last_only=True)
             cache.length += R
 
+    @torch.inference_mode()
     def verify(self, tokens: list[int], parents: list[int], need_logits: bool = True) -> RowScores:
         """One forward pass over a window: row 0 is `tokens[0]` (the root, the last committed
         token, not yet in the cache), row i its descendant whose parent row is parents[i]
@@ -134,8 +172,7 @@ class Runtime:
         mask = torch.ones(R, n + R, dtype=torch.bool)
         mask[:, n:] = anc
         slots = torch.arange(n, n + R, device=self.device)
-        with torch.inference_mode():
-            logits = self.model.forward(t, pos, mask.to(self.device), cache, slots)
+        logits = self.model.forward(t, pos, mask.to(self.device), cache, slots)
         top = logits.topk(TOPK, dim=-1)
         return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
 
@@ -145,31 +182,17 @@ class Runtime:
             raise ParameterError(f"a window of {R} rows is more than the largest graph bucket "
                                  f"({GRAPH_BUCKETS[-1]}): lower --depth or --width")
         if b not in self._buckets:
-            with torch.inference_mode():
-                self._buckets[b] = _GraphBucket(self, b)
+            self._buckets[b] = _GraphBucket(self, b)
         return self._buckets[b]
 
     def _verify_graph(self, tokens, depth, anc, need_logits) -> RowScores:
         cache, R, n = self.cache, len(tokens), self.cache.length
         g = self._bucket(R)
-        B = g.rows
-        if n + B > cache.capacity:
+        if n + g.rows > cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
-        t = torch.zeros(B, dtype=torch.long)
-        t[:R] = torch.tensor(tokens)
-        pos = torch.full((B,), n, dtype=torch.long)
-        pos[:R] += torch.tensor(depth)
-        mask = torch.zeros(B, cache.capacity, dtype=torch.bool)
-        mask[:, :n] = True
-        mask[:R, n:n + R] = anc
-        mask[R:, n + R:n + B] = torch.eye(B - R, dtype=torch.bool)   # padded rows: themselves only
-        g.tokens.copy_(t, non_blocking=True)
-        g.positions.copy_(pos, non_blocking=True)
-        g.slots.copy_(torch.arange(n, n + B), non_blocking=True)
-        g.mask.copy_(mask, non_blocking=True)
-        g.graph.replay()
+        g.replay(tokens, depth, anc, n)
         logits = g.logits[:R].float().cpu() if need_logits else None
-        return RowScores(logits, g.top_values[:R].float().cpu(), g.top_ids[:R].cpu())
+        return RowScores(logits, g.top_values[:R].cpu(), g.top_ids[:R].cpu())
 
     # -- timing (the roofline probe) -----------------------------------------------------
     def time_verify_pass(self, n_rows: int, context: int) -> float:

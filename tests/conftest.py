@@ -1,0 +1,42 @@
+"""Session-wide fixtures: the bundled model is loaded once for the whole run."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def loaded_model():
+    from engine.loading import load_model
+    return load_model()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(loaded_model):
+    return loaded_model.tokenizer
+
+
+@pytest.fixture(scope="session")
+def cpu_runtime(loaded_model):
+    from engine.runtime import Runtime
+    return Runtime(loaded_model, "cpu", "float32")
+
+
+@pytest.fixture(scope="session")
+def hf_model():
+    """transformers' own load of the bundled GGUF (float32): the outside reference. ~30 s."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from engine.loading import default_model_path
+    path = default_model_path()
+    return AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def code_edit_prompts():
+    import json
+    from pathlib import Path
+    f = Path(__file__).resolve().parent.parent / "assets" / "workloads" / "code_edit_prompts.jsonl"
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
