@@ -43,13 +43,15 @@ def cold_start(device: str, repeats: int) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--model", default=None, help="default: the bundled GGUF")
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold-start measurement")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--no-hf", action="store_true")
     a = ap.parse_args()
 
-    rt = open_runtime(None, a.device, "auto")
+    rt = open_runtime(a.model, a.device, "auto")
     prompts = code_edit_prompts()[: a.prompts]
     ids = [encode_prompt(rt.tokenizer, p["messages"]) for p in prompts]
     settings = DecodeSettings(draft="none", max_new_tokens=a.new_tokens)
@@ -57,7 +59,7 @@ def main() -> None:
     hf = None
     if not a.no_hf:
         from transformers import AutoModelForCausalLM
-        path = default_model_path()
+        path = rt.loaded.source
         t0 = time.perf_counter()
         hf = AutoModelForCausalLM.from_pretrained(
             str(path.parent), gguf_file=path.name, torch_dtype=rt.dtype).to(rt.device).eval()
@@ -87,7 +89,7 @@ def main() -> None:
             print(f"rep {rep} {p['id']}: ours {r['tok_s']:.1f} tok/s"
                   + (f", transformers {theirs[-1]:.1f} tok/s, identical={same[-1]}" if hf else ""))
 
-    result = {"command": " ".join(sys.argv), "model": default_model_path().name,
+    result = {"command": " ".join(sys.argv), "model": rt.loaded.source.name,
               "device": rt.device_name, "dtype": rt.dtype_name, "new_tokens": a.new_tokens,
               "ours_tok_s": ours, "ours_median": median(ours)}
     if hf is not None:
@@ -95,12 +97,14 @@ def main() -> None:
                       ratio=median(ours) / median(theirs), greedy_identical=all(same))
     if rt.device.type == "cuda":
         rt.start(1024)
+        rt.warm_up()
         one = [rt.time_verify_pass(1, 512) for _ in range(50)]
         per_token = 1e3 / median(ours)
         result.update(graph_1row_ms=median(one[10:]), ar_ms_per_token=per_token,
                       ar_over_graph=per_token / median(one[10:]))
-    cs = cold_start(a.device, 3)
-    result.update(cold_start_s=cs, cold_start_median=median(cs))
+    if not a.no_cold:
+        cs = cold_start(a.device, 3)
+        result.update(cold_start_s=cs, cold_start_median=median(cs))
     print(json.dumps({k: v for k, v in result.items() if not isinstance(v, list)}, indent=1))
     print("recorded", record(f"ar_{rt.device.type}", result))
 

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import torch
 
 from . import events as E
+from .chooser import ArFloor, Choice, WindowChooser
 from .drafters import make_drafter
 from .errors import ParameterError
 from .ngram import NgramIndex
@@ -55,7 +56,10 @@ class Decoder:
         self.depth_accepted: list[int] = []
         self.wall_s = 0.0
         self.finish_reason = ""
-        self.events_ms: list[float] = []
+        self.chooser: WindowChooser | None = None
+        self.floor: ArFloor | None = None
+        self.profile = None
+        self.progress = None        # callable(stage, fraction) for the one-time profile probe
 
     # -- settings -------------------------------------------------------------------------
     def _apply_controls(self) -> None:
@@ -74,7 +78,18 @@ class Decoder:
     def _configure(self) -> None:
         s = self.settings
         self.sampling = SamplingConfig.from_settings(s)
-        self.drafter = make_drafter(s.draft, s.match)
+        if getattr(self, "drafter", None) is None or self.drafter.name != s.draft or \
+                getattr(self.drafter, "match", s.match) != s.match:
+            self.drafter = make_drafter(s.draft, s.match)
+        if s.adaptive and s.draft != "none":
+            if self.chooser is None:
+                self.chooser = WindowChooser(self._cost_profile(), s.depth, s.width, max_rows=MAX_ROWS)
+            self.chooser.max_depth, self.chooser.max_width = s.depth, s.width
+        if s.ar_floor and s.draft != "none":
+            if self.floor is None:
+                self.floor = ArFloor()
+        else:
+            self.floor = None
         if self.index.n_min != s.ngram_min or self.index.n_max != s.ngram_max:
             idx = NgramIndex(s.ngram_min, s.ngram_max)
             idx.extend(self.context)
@@ -85,14 +100,15 @@ class Decoder:
         s = self.settings
         rt = self.rt
         ids = self.prompt_ids
-        rt.start(len(ids) + s.max_new_tokens + MAX_ROWS + 1)
-        t_start = time.perf_counter()
-        rt.prefill(ids[:-1])
         self.context = list(ids)
         self.index = NgramIndex(s.ngram_min, s.ngram_max)
         self.index.extend(self.context)
         self.rng = Rng(s.seed)
-        self._configure()
+        self._configure()          # may probe the device's cost profile: before the clock starts
+        rt.start(len(ids) + s.max_new_tokens + MAX_ROWS + 1)
+        rt.warm_up()
+        t_start = time.perf_counter()
+        rt.prefill(ids[:-1])
         eos = set(self.tok.eos_ids)
         index = 0
         while True:
@@ -107,7 +123,8 @@ class Decoder:
                 break
             root = self.context[-1]
             t0 = time.perf_counter()
-            tree = self._propose(root, remaining)
+            plan = self._plan(remaining)
+            tree = self._propose(root, plan)
             t1 = time.perf_counter()
             rows = [root, *tree.tokens]
             parents = [-1] + [p + 1 for p in tree.parents]
@@ -132,11 +149,20 @@ class Decoder:
                 self.drafter.observe(outcome)
             self._count(tree, outcome)
             t3 = time.perf_counter()
+            window_ms = (t3 - t0) * 1e3
+            if self.floor is not None:
+                if plan.plain and self.floor.want_plain_step():
+                    self.floor.record_plain(window_ms)
+                elif len(tree.tokens):
+                    self.floor.record_window(window_ms, len(emitted))
             self.windows_done += 1
             self.wall_s = t3 - t_start
             self.finish_reason = finish
-            yield self._event(index, tree, scores, outcome, emitted, kinds,
-                              (t1 - t0, t2 - t1, t3 - t2), finish)
+            ev = self._event(index, tree, scores, outcome, emitted, kinds,
+                             (t1 - t0, t2 - t1, t3 - t2), finish, plan)
+            if self.chooser is not None:
+                self.chooser.observe_event(ev)
+            yield ev
             index += 1
             if finish:
                 break
@@ -146,16 +172,38 @@ class Decoder:
             pass
         return self.report()
 
-    def _propose(self, root: int, remaining: int) -> TokenTree:
+    def _cost_profile(self):
+        """The device's verify-cost profile: a saved or bundled one, else a quick probe."""
+        from .roofline import probe_profile, resolve_profile
+        rt = self.rt
+        prof = resolve_profile(rt.device_name, rt.model_id, rt.dtype_name)
+        if prof is None:
+            prof = probe_profile(rt, progress=self.progress, save=True)
+        self.profile = prof
+        return prof
+
+    def _plan(self, remaining: int) -> Choice:
+        """This window's depth and width: fixed settings, the chooser's pick, or the AR floor."""
         s = self.settings
-        if self.drafter is None:
-            return TokenTree.empty(root)
-        # never draft past the token limit, and never more rows than one pass holds
         depth = max(0, min(s.depth, remaining - 1))
-        if depth == 0:
+        width = 1 if s.draft == "lookup" else s.width
+        if self.drafter is None or depth == 0:
+            return Choice(0, 0, 1, float("nan"), 1.0, "plain decode: no drafter" if self.drafter
+                          is None else "plain decode: the last token of the request")
+        if self.floor is not None and self.floor.want_plain_step():
+            return Choice(0, 0, 1, float("nan"), 1.0, f"AR floor: {self.floor.reason}")
+        if self.chooser is not None:
+            if not self.index.lookup()[1]:
+                return self.chooser.choose(s.draft, available_depth=0)
+            return self.chooser.choose(s.draft, available_depth=depth, available_width=width)
+        return Choice(depth, width, 1 + depth * width, float("nan"), float("nan"), "fixed depth and width")
+
+    def _propose(self, root: int, plan: Choice) -> TokenTree:
+        if self.drafter is None or plan.depth == 0:
             return TokenTree.empty(root)
-        budget = min(MAX_ROWS, 1 + depth * s.width, self.rt.cache.room() - 1)
-        return self.drafter.propose(self.index, root, depth, s.width, budget)
+        # never more rows than one pass holds
+        budget = min(MAX_ROWS, 1 + plan.depth * plan.width, self.rt.cache.room() - 1)
+        return self.drafter.propose(self.index, root, plan.depth, plan.width, budget)
 
     def _verify(self, tree: TokenTree, scores) -> VerifyOutcome:
         if scores.logits is None:
@@ -197,6 +245,7 @@ class Decoder:
             proposed_draft_tokens=self.proposed, accepted_draft_tokens=self.accepted,
             accept_rate_by_depth=self.accept_rate_by_depth(),
             tok_s=n / self.wall_s if self.wall_s > 0 else 0.0, elapsed_s=self.wall_s,
+            ar_floor=self.floor.state if self.floor is not None else "off",
         )
 
     def report(self) -> dict[str, Any]:
@@ -217,13 +266,18 @@ class Decoder:
             "wall_s": round(self.wall_s, 4),
             "load_s": round(getattr(rt.loaded, "load_s", 0.0), 4),
             "finish_reason": self.finish_reason,
+            "retired": bool(self.floor is not None and self.floor.retired),
+            "ar_windows": self.floor.ar_windows if self.floor is not None else 0,
+            "ar_floor": self.floor.reason if self.floor is not None else "off",
+            "profile": self.profile.id if self.profile is not None else None,
             "device": rt.device_name,
             "dtype": rt.dtype_name,
             "model": str(rt.loaded.source),
             "config": self.settings.to_dict(),
         }
 
-    def _event(self, index, tree, scores, outcome, emitted, kinds, times, finish) -> E.WindowEvent:
+    def _event(self, index, tree, scores, outcome, emitted, kinds, times, finish,
+               plan: Choice) -> E.WindowEvent:
         tok = self.tok
         propose_ms, verify_ms, commit_ms = (t * 1e3 for t in times)
         rows: list[E.VerifyRow] = []
@@ -261,8 +315,9 @@ class Decoder:
             emitted=emitted, emitted_texts=[tok.token_text(t) for t in emitted],
             emitted_kinds=kinds, propose_ms=propose_ms, verify_ms=verify_ms, commit_ms=commit_ms,
             window_ms=propose_ms + verify_ms + commit_ms, stats=self._stats(),
-            drafter=s.draft, depth=s.depth, width=s.width, greedy=s.greedy,
-            finished=bool(finish), finish_reason=finish, settings=s.to_dict(),
+            drafter=s.draft, depth=plan.depth, width=plan.width, greedy=s.greedy,
+            predicted_ms=None if plan.predicted_ms != plan.predicted_ms else plan.predicted_ms,
+            reason=plan.reason, finished=bool(finish), finish_reason=finish, settings=s.to_dict(),
         )
 
 

@@ -81,14 +81,12 @@ class Transformer:
         return KVCache(self.cfg, min(capacity, self.cfg.max_context), self.device, self.dtype)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # RMSNorm in float32, as the reference implementations do
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.cfg.rms_eps)
-        return weight * xf.to(x.dtype)
+        # one fused kernel where torch has one (it accumulates in float32 for half types)
+        return F.rms_norm(x, x.shape[-1:], weight, eps=self.cfg.rms_eps)
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        # x: [H, R, D]; cos/sin: [R, D] (rotate_half convention)
+        # x: [R, H, D]; cos/sin: [R, 1, D] (rotate_half convention)
         half = x.shape[-1] // 2
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rot * sin
@@ -96,33 +94,45 @@ class Transformer:
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                 cache: KVCache, slots: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """tokens, positions, slots: [R] long; mask: [R, S] bool (True = attend) over cache slots
-        [0, S). Returns logits [R, V] (or [1, V] for the last row when last_only)."""
+        [0, S). Returns logits [R, V] (or [1, V] for the last row when last_only).
+
+        On a GPU every kernel launch costs microseconds whatever its size, and a decode pass of a
+        small model is almost all launches, so the layer is written to launch few: fused RMSNorm,
+        one RoPE over q and k together, residual adds folded into addmm, no key copies for GQA.
+        """
         cfg = self.cfg
         R, S = mask.shape
         Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        G = Hq // Hkv
         x = F.embedding(tokens, self.embed)                       # [R, H]
-        cos, sin = self.cos[positions], self.sin[positions]       # [R, D]
-        attn_mask = mask.view(1, 1, R, S)
+        cos = self.cos[positions].unsqueeze(1)                    # [R, 1, D]
+        sin = self.sin[positions].unsqueeze(1)
+        # Grouped-query attention without copying keys: the G query heads that share a kv head
+        # become G*R rows of one attention "head" (head h uses kv head h // G), so the mask
+        # repeats G times along the rows. One additive mask serves every layer.
+        bias = torch.zeros(G * R, S, dtype=x.dtype, device=x.device)
+        bias.masked_fill_(~mask.repeat(G, 1), float("-inf"))
+        bias = bias.view(1, 1, G * R, S)
         for i, L in enumerate(self.layers):
             h = self._rms(x, L["attn_norm"])
             qkv = F.linear(h, L["qkv"], L.get("qkv_bias"))        # [R, (Hq+2Hkv)D]
-            q, k, v = qkv.split([Hq * D, Hkv * D, Hkv * D], dim=-1)
-            q = q.view(R, Hq, D).transpose(0, 1)                  # [Hq, R, D]
-            k = k.view(R, Hkv, D).transpose(0, 1)                 # [Hkv, R, D]
-            v = v.view(R, Hkv, D).transpose(0, 1)
+            qk = qkv[:, :(Hq + Hkv) * D].view(R, Hq + Hkv, D)
+            v = qkv[:, (Hq + Hkv) * D:].view(R, Hkv, D)
             if cfg.qk_norm:
-                q = self._rms(q, L["q_norm"])
-                k = self._rms(k, L["k_norm"])
-            q = self._rotate(q, cos, sin)
-            k = self._rotate(k, cos, sin)
-            cache.write(i, k, v, slots)
+                qk = torch.cat([self._rms(qk[:, :Hq], L["q_norm"]),
+                                self._rms(qk[:, Hq:], L["k_norm"])], dim=1)
+            qk = self._rotate(qk, cos, sin)                       # [R, Hq+Hkv, D]
+            k = qk[:, Hq:].transpose(0, 1)                        # [Hkv, R, D]
+            cache.write(i, k, v.transpose(0, 1), slots)
             kc, vc = cache.keys_values(i, S)                      # [1, Hkv, S, D]
-            a = F.scaled_dot_product_attention(q.unsqueeze(0), kc, vc, attn_mask=attn_mask,
-                                               enable_gqa=Hq != Hkv)  # [1, Hq, R, D]
-            x = x + F.linear(a[0].transpose(0, 1).reshape(R, Hq * D), L["o"])
+            # [R, Hq, D] -> [1, Hkv, G*R, D]: row g*R + r of kv head j is query head j*G + g
+            qg = qk[:, :Hq].transpose(0, 1).reshape(1, Hkv, G * R, D)
+            a = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=bias)  # [1, Hkv, G*R, D]
+            a = a.view(Hq, R, D).transpose(0, 1).reshape(R, Hq * D)
+            x = torch.addmm(x, a, L["o"].t())                     # x + a @ o^T
             h = self._rms(x, L["mlp_norm"])
             gate, up = F.linear(h, L["gate_up"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, L["down"])
+            x = torch.addmm(x, F.silu(gate) * up, L["down"].t())
         if last_only:
             x = x[-1:]
         return F.linear(self._rms(x, self.norm), self.lm_head).float()

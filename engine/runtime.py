@@ -9,6 +9,7 @@ bucket (padded rows write scratch slots past the window and are ignored).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -51,6 +52,9 @@ class _GraphBucket:
         C, dev, B = rt.cache.capacity, rt.device, rows
         self.rows = B
         self.packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=dev)
+        # warm-up and capture runs write their keys at the very end of the cache, never over
+        # a committed prefix
+        self.packed[2 * B] = C - B
         self.host = torch.zeros(2 * B + 1 + B * B, dtype=torch.long,
                                 pin_memory=dev.type == "cuda")
         cols = torch.arange(C, device=dev)
@@ -65,7 +69,7 @@ class _GraphBucket:
             in_window = (rel >= 0) & (rel < B)
             win = anc[:, rel.clamp(0, B - 1)] & in_window            # [B, C]
             mask = (cols < n).unsqueeze(0) | win                     # [B, C]
-            logits = rt.model.forward(tokens, n + depth, mask, rt.cache, n + ar)
+            logits = rt.forward_fn(tokens, n + depth, mask, rt.cache, n + ar)
             top = logits.topk(TOPK, dim=-1)
             return logits, top.values.float(), top.indices
 
@@ -103,7 +107,8 @@ class _GraphBucket:
 
 class Runtime:
     def __init__(self, loaded: LoadedModel, device: str = "auto", dtype: str = "auto",
-                 capacity: int | None = None, graphs: bool | None = None):
+                 capacity: int | None = None, graphs: bool | None = None,
+                 compile: bool | None = None):
         self.loaded = loaded
         self.config = loaded.config
         self.tokenizer = loaded.tokenizer
@@ -114,6 +119,14 @@ class Runtime:
         self.model_id = loaded.source.name
         self.model = Transformer(self.config, loaded.weights, self.device, self.dtype)
         self.use_graphs = (self.device.type == "cuda") if graphs is None else graphs
+        # torch.compile inside the graphs fuses the ~25 small kernels of each layer (GPU only;
+        # SPECSCOPE_COMPILE=1 opts in: the first compile costs tens of seconds, later runs hit
+        # inductor's on-disk cache)
+        if compile is None:
+            compile = os.environ.get("SPECSCOPE_COMPILE", "0") == "1"
+        self.compiled = bool(compile and self.use_graphs and self.device.type == "cuda")
+        self.forward_fn = (torch.compile(self.model.forward, dynamic=False)
+                           if self.compiled else self.model.forward)
         self._pool = (torch.cuda.graph_pool_handle()
                       if self.use_graphs and self.device.type == "cuda" else None)
         self._buckets: dict[int, _GraphBucket] = {}
@@ -133,6 +146,14 @@ class Runtime:
             self._buckets.clear()      # graphs hold the old cache's addresses
         self.cache.reset()
         return self.cache
+
+    def warm_up(self) -> None:
+        """Capture every graph bucket now (GPU), so no window pays for a capture."""
+        if self.use_graphs and self.device.type == "cuda":
+            with torch.inference_mode():
+                for b in GRAPH_BUCKETS:
+                    if b <= self.cache.capacity // 2:
+                        self._bucket(b)
 
     # -- passes ------------------------------------------------------------------------
     @torch.inference_mode()
