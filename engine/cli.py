@@ -16,9 +16,16 @@ from .settings import DRAFTERS, MATCH_RULES, DecodeSettings
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[str, float], None]:
+    """A one-line progress bar on a terminal; one line per stage when stderr is a file or pipe."""
+    tty = stream.isatty()
     last = [""]
 
     def show(stage: str, frac: float) -> None:
+        if not tty:
+            if stage != last[0]:
+                stream.write(f"{stage} ({frac * 100:.0f}%)\n")
+                last[0] = stage
+            return
         bar = "#" * int(frac * 24)
         line = f"\r[{bar:<24}] {frac * 100:3.0f}%  {stage[:60]:<60}"
         if line != last[0]:

@@ -37,7 +37,7 @@ MAX_ROWS = 64   # rows one verify pass may use (the largest graph bucket)
 class Decoder:
     def __init__(self, runtime: Runtime, prompt_ids: list[int], settings: DecodeSettings,
                  controls: "queue.Queue[DecodeSettings] | None" = None,
-                 stop: threading.Event | None = None, detail: bool = True):
+                 stop: threading.Event | None = None, detail: bool = True, profile=None):
         if not prompt_ids:
             raise ParameterError("the prompt is empty: give some text to continue")
         self.rt = runtime
@@ -58,7 +58,7 @@ class Decoder:
         self.finish_reason = ""
         self.chooser: WindowChooser | None = None
         self.floor: ArFloor | None = None
-        self.profile = None
+        self.profile = profile     # a CostProfile for --adaptive (None: the device's, or a probe)
         self.progress = None        # callable(stage, fraction) for the one-time profile probe
 
     # -- settings -------------------------------------------------------------------------
@@ -176,6 +176,8 @@ class Decoder:
         """The device's verify-cost profile: a saved or bundled one, else a quick probe."""
         from .roofline import probe_profile, resolve_profile
         rt = self.rt
+        if self.profile is not None:
+            return self.profile
         prof = resolve_profile(rt.device_name, rt.model_id, rt.dtype_name)
         if prof is None:
             prof = probe_profile(rt, progress=self.progress, save=True)

@@ -63,3 +63,16 @@ def test_bad_prompt_file_and_overlong_prompt(tmp_path) -> None:
     long.write_text("token " * 9000)      # more than the model's 8192-token context
     r = specscope("generate", "--device", "cpu", "--prompt-file", str(long), "--max-new-tokens", "4")
     assert r.returncode == 2 and "context" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_roofline_command_writes_a_valid_profile(tmp_path) -> None:
+    from engine.cost import CostProfile
+    out = tmp_path / "profile.json"
+    r = specscope("roofline", "--device", "cpu", "--rows", "1,2,4", "--repeats", "2",
+                  "--context", "128", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    prof = CostProfile.load(out)
+    assert sorted(p[0] for p in prof.points) == [1, 2, 4]
+    assert prof.dtype == "float32" and prof.model.endswith(".gguf")
+    assert all(ms > 0 for _, ms in prof.points)
+    assert "break-even" in r.stdout
