@@ -54,22 +54,14 @@ class DecodeSettings:
             bad(f"n-gram sizes need 1 <= --ngram-min <= --ngram-max, got {self.ngram_min} and {self.ngram_max}")
         if self.ngram_max > 16:
             bad(f"--ngram-max must be at most 16, got {self.ngram_max}")
-        if not self.temperature >= 0 or self.temperature != self.temperature:
-            bad(f"--temperature must be >= 0 (0 means greedy), got {self.temperature}")
-        if self.top_k < 0:
-            bad(f"--top-k must be >= 0 (0 means off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            bad(f"--top-p must be in (0, 1], got {self.top_p}")
-        if not 0 <= self.min_p < 1:
-            bad(f"--min-p must be in [0, 1), got {self.min_p}")
-        if not self.repeat_penalty > 0:
-            bad(f"--repeat-penalty must be > 0 (1 means off), got {self.repeat_penalty}")
-        for name in ("presence_penalty", "frequency_penalty"):
-            v = getattr(self, name)
-            if v != v or abs(v) > 100:
-                bad(f"--{name.replace('_', '-')} must be a finite number in [-100, 100], got {v}")
-        if self.penalty_window < 1:
-            bad(f"--penalty-window must be >= 1, got {self.penalty_window}")
+        # the sampling fields are validated once, by the sampler's own config; the message
+        # names the command-line flag
+        from .sampling import SamplingConfig
+        try:
+            SamplingConfig.from_settings(self)
+        except ParameterError as e:
+            field, _, rest = str(e).partition(" ")
+            raise ParameterError(f"--{field.replace('_', '-')} {rest}") from None
         if self.max_new_tokens < 1:
             bad(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
 

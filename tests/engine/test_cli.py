@@ -33,13 +33,13 @@ def test_generate_json_report_has_every_field() -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--temperature", "-1"], "--temperature must be >= 0"),
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0"),
     (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
     (["--top-p", "0"], "--top-p must be in (0, 1]"),
     (["--min-p", "1"], "--min-p must be in [0, 1)"),
-    (["--top-k", "-3"], "--top-k must be >= 0"),
-    (["--repeat-penalty", "0"], "--repeat-penalty must be > 0"),
-    (["--penalty-window", "0"], "--penalty-window must be >= 1"),
+    (["--top-k", "-3"], "--top-k must be an integer >= 0"),
+    (["--repeat-penalty", "0"], "--repeat-penalty must be a finite number > 0"),
+    (["--penalty-window", "0"], "--penalty-window must be an integer >= 1"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
     (["--depth", "0"], "--depth must be between 1 and 64"),
     (["--ngram-min", "5", "--ngram-max", "2"], "--ngram-min"),
