@@ -215,25 +215,21 @@ class Decoder:
         return verify_sampled(tree, scores.logits, self.context, self.sampling, self.rng)
 
     def _count(self, tree: TokenTree, outcome: VerifyOutcome) -> None:
+        """Acceptance by depth: depth d was tried when a node at depth d hung below the accepted
+        prefix (d <= accepted length + 1), and accepted when the path reached it."""
         self.proposed += len(tree.tokens)
         self.accepted += len(outcome.accepted)
-        depths = tree.depths
-        if not depths:
+        if not tree.tokens:
             return
-        reached = len(outcome.accepted)   # the accepted path reaches depth `reached`
-        on_path = set(outcome.accepted)
-        # depth d was tried if some node at depth d hangs below the accepted prefix
+        reached = len(outcome.accepted)
         last = outcome.accepted[-1] if outcome.accepted else -1
-        for d in range(1, max(depths) + 1):
-            while len(self.depth_tried) < d:
-                self.depth_tried.append(0)
-                self.depth_accepted.append(0)
-            if d <= reached:
-                self.depth_tried[d - 1] += 1
-                self.depth_accepted[d - 1] += 1
-            elif d == reached + 1 and any(tree.parents[i] == last for i in range(len(tree.tokens))):
-                self.depth_tried[d - 1] += 1
-        del on_path
+        tried = reached + (1 if tree.children(last) else 0)
+        while len(self.depth_tried) < tried:
+            self.depth_tried.append(0)
+            self.depth_accepted.append(0)
+        for d in range(tried):
+            self.depth_tried[d] += 1
+            self.depth_accepted[d] += d < reached
 
     # -- reporting ------------------------------------------------------------------------
     def accept_rate_by_depth(self) -> list[float]:
