@@ -8,11 +8,8 @@ not the window.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
-
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
 def _session():
@@ -70,42 +67,35 @@ def model_name(rt) -> str:
 
 # ---- cost profiles -------------------------------------------------------------------------
 
-def probe_profile(rt, progress: Callable[[str, float], None] | None = None):
-    """Measure verify cost against rows on the attached card; None when engine.cost is absent."""
-    try:
-        from engine import cost
-    except ImportError:
-        return None
-    for name in ("probe", "probe_profile", "measure"):
-        fn = getattr(cost, name, None)
-        if callable(fn):
-            try:
-                return fn(rt, progress=progress)
-            except TypeError:
-                return fn(rt)
-    return None
+def card_profile(rt, progress: Callable[[str, float], None] | None = None, probe: bool = True):
+    """The attached card's verify-cost profile for this model and dtype.
+
+    A profile saved earlier (by `specscope roofline` or a previous workbench session) or a
+    matching bundled reference is used as is; otherwise, when `probe` is set, a short probe runs
+    (about 3 rounds, a few seconds) and is saved to the per-user cache so the next start is
+    instant. None when nothing is known and probing is off.
+    """
+    from engine import roofline
+    dtype = getattr(rt, "dtype_name", "")
+    model_id = getattr(rt, "model_id", model_name(rt))
+    found = roofline.resolve_profile(rt.device_name, model_id, dtype)
+    if found is not None or not probe:
+        return found
+    return roofline.probe_profile(rt, context=512, progress=progress, save=True,
+                                  repeats=3, warmup=1, budget_s=8.0)
 
 
 def reference_profiles() -> list[Any]:
-    """Reference cards to overlay: engine.cost's loader when present, else the bundled JSON."""
+    """The bundled reference cards (assets/profiles/*.json) as CostProfiles; [] if unreadable."""
     try:
         from engine import cost
-        for name in ("reference_profiles", "load_reference_profiles", "load_profiles"):
-            fn = getattr(cost, name, None)
-            if callable(fn):
-                return list(fn())
-    except ImportError:
-        pass
-    out: list[Any] = []
-    for path in sorted((ASSETS / "profiles").glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(data, dict) and "profiles" in data:
-            out.extend(data["profiles"])
-        elif isinstance(data, list):
-            out.extend(data)
-        elif isinstance(data, dict):
-            out.append(data)
-    return out
+        refs = cost.reference_profiles()
+    except Exception:                      # noqa: BLE001 - overlays are optional decoration
+        return []
+    return list(refs.values()) if isinstance(refs, dict) else list(refs)
+
+
+def profile_from_dict(d: dict[str, Any]):
+    """A CostProfile from its to_dict() form (as stored in a recording's header)."""
+    from engine.cost import CostProfile
+    return CostProfile.from_dict(d)

@@ -123,7 +123,14 @@ QProgressBar::chunk {{ background: {ACCENT}; border-radius: 2px; }}
 QSlider::groove:horizontal {{ height: 4px; background: {BORDER}; border-radius: 2px; }}
 QSlider::sub-page:horizontal {{ background: {ACCENT}; border-radius: 2px; }}
 QSlider::handle:horizontal {{ background: {TEXT}; width: 12px; margin: -5px 0; border-radius: 6px; }}
-QCheckBox::indicator, QRadioButton::indicator {{ width: 13px; height: 13px; }}
+QCheckBox::indicator, QRadioButton::indicator {{ width: 12px; height: 12px; border: 1px solid #5a6470;
+    background: {PANEL_ALT}; }}
+QCheckBox::indicator {{ border-radius: 3px; }}
+QRadioButton::indicator {{ border-radius: 7px; }}
+QCheckBox::indicator:hover, QRadioButton::indicator:hover {{ border-color: {ACCENT}; }}
+QCheckBox::indicator:checked, QRadioButton::indicator:checked {{ background: {ACCENT}; border-color: {ACCENT}; }}
+QCheckBox::indicator:disabled, QRadioButton::indicator:disabled {{ background: {BG}; border-color: {BORDER}; }}
+QCheckBox:disabled, QRadioButton:disabled, QLabel:disabled {{ color: #59616b; }}
 QScrollBar:vertical {{ background: {PANEL}; width: 10px; }}
 QScrollBar::handle:vertical {{ background: {BORDER}; border-radius: 4px; min-height: 24px; }}
 QScrollBar:horizontal {{ background: {PANEL}; height: 10px; }}
@@ -170,7 +177,8 @@ def style_plot(plot, title: str = "", left: str = "", bottom: str = "") -> None:
         ax.setTickFont(ui_font(8.5))
         if label:
             plot.setLabel(side, f"<span style='color:{MUTED}'>{label}</span>")
-    plot.showGrid(x=True, y=True, alpha=0.12)
+    # no grid: a grid makes each axis span the whole plot, so every data change repaints the axes
+    # (their tick text is the costliest thing pyqtgraph draws)
 
 
 # ---- icons drawn with QPainter: no image files to ship, crisp at any size ------------------------

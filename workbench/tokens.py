@@ -41,4 +41,12 @@ def fmt_prob(x: float | None, digits: int = 3) -> str:
 
 def fmt_top(top: list, n: int = 5) -> str:
     """`[(id, text, prob), ...]` -> 'return 0.62  ·  pass 0.11  ·  …' with visible whitespace."""
-    return "   ".join(f"{visible(t[1], 14)} {fmt_prob(t[2], 2)}" for t in top[:n])
+    return "  ".join(f"{visible(t[1], 12)} {_short(t[2])}" for t in top[:n])
+
+
+def _short(p: float) -> str:
+    """0.62 -> '.62', 1.0 -> '1', 0.004 -> '.004'."""
+    if p >= 0.995:
+        return "1"
+    s = f"{p:.2f}" if p >= 0.01 else f"{p:.3f}" if p >= 0.001 else "<.001"
+    return s.lstrip("0") if s[0] == "0" else s

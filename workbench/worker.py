@@ -41,6 +41,18 @@ class RunRequest:
     probe: bool = False             # measure the roofline of the attached card first
 
 
+# One loaded model per process, shared by every worker (a Reset or a second window does not load
+# it again); the lock keeps two workers from driving it at once.
+_RUNTIME: dict[str, Any] = {"spec": None, "rt": None}
+_RUNTIME_LOCK = threading.RLock()
+
+
+def preload_runtime(spec: RuntimeSpec, rt) -> None:
+    """Hand an already loaded runtime to every worker (tests and benchmarks load it once)."""
+    with _RUNTIME_LOCK:
+        _RUNTIME["rt"], _RUNTIME["spec"] = rt, spec
+
+
 class _Cancelled(Exception):
     """Raised from a progress callback to abandon a load or probe when stop is requested."""
 
@@ -79,8 +91,6 @@ class SessionWorker(QThread):
         self._paused = False
         self._steps = 0
         self._controls: "queue.Queue[DecodeSettings]" = queue.Queue()
-        self._rt = None
-        self._rt_spec: RuntimeSpec | None = None
         self._profiles: dict[RuntimeSpec, Any] = {}
         self.state = "idle"
         self.active_run = 0
@@ -145,15 +155,19 @@ class SessionWorker(QThread):
             self.active_run = req.run_id
             self._controls = queue.Queue()
             try:
-                self._execute(req)
+                while not _RUNTIME_LOCK.acquire(timeout=0.1):
+                    if self._stop.is_set():
+                        raise _Cancelled()
+                try:
+                    self._execute(req)
+                finally:
+                    _RUNTIME_LOCK.release()
             except _Cancelled:
                 pass
             except BaseException as e:       # noqa: BLE001 - the worker must survive any run
                 if not isinstance(e, SpecscopeError):
                     traceback.print_exc()
                 msg, kind = describe_error(e)
-                if kind == "model":
-                    self._rt, self._rt_spec = None, None
                 self.failed.emit(req.run_id, msg, kind)
             finally:
                 self._set_state("idle")
@@ -169,14 +183,15 @@ class SessionWorker(QThread):
         self.progress.emit(stage, float(frac))
 
     def _runtime(self, spec: RuntimeSpec):
-        if self._rt is not None and self._rt_spec == spec:
-            return self._rt
-        self._set_state("loading")
-        self._rt, self._rt_spec = None, None
         t0 = time.perf_counter()
-        rt = engine_api.open_runtime(spec.model, spec.device, spec.dtype, progress=self._progress)
-        self._rt, self._rt_spec = rt, spec
-        self.progress.emit("model ready", 1.0)
+        if _RUNTIME["rt"] is not None and _RUNTIME["spec"] == spec:
+            rt = _RUNTIME["rt"]
+        else:
+            self._set_state("loading")
+            _RUNTIME["rt"] = _RUNTIME["spec"] = None      # free the old model before loading
+            rt = engine_api.open_runtime(spec.model, spec.device, spec.dtype, progress=self._progress)
+            _RUNTIME["rt"], _RUNTIME["spec"] = rt, spec
+            self.progress.emit("model ready", 1.0)
         self.runtime_ready.emit({"model": engine_api.model_name(rt), "device": rt.device_name,
                                  "dtype": getattr(rt, "dtype_name", ""),
                                  "load_s": time.perf_counter() - t0})
@@ -184,13 +199,13 @@ class SessionWorker(QThread):
 
     def _execute(self, req: RunRequest) -> None:
         rt = self._runtime(req.spec)
-        if req.probe and req.spec not in self._profiles:
-            self._set_state("probing")
-            profile = engine_api.probe_profile(rt, progress=self._progress)
+        if req.spec not in self._profiles:
+            if req.probe:
+                self._set_state("probing")
+            profile = engine_api.card_profile(rt, progress=self._progress, probe=req.probe)
             if profile is not None:
                 self._profiles[req.spec] = profile
-                self.profile_ready.emit(profile)
-        elif req.spec in self._profiles:
+        if req.spec in self._profiles:
             self.profile_ready.emit(self._profiles[req.spec])
         ids = engine_api.encode_prompt(rt, req.prompt)
         dec = engine_api.Decoder(rt, ids, req.settings, controls=self._controls, stop=self._stop)
@@ -200,9 +215,11 @@ class SessionWorker(QThread):
             "prompt": req.prompt, "prompt_tokens": len(ids)})
         gen = dec.windows()
         n = 0
+        cut = ""
         try:
             while True:
                 if not self._gate():
+                    cut = "stopped"
                     break
                 self._set_state("running")
                 try:
@@ -212,10 +229,14 @@ class SessionWorker(QThread):
                 n += 1
                 self.window.emit(req.run_id, ev)
                 if req.max_windows is not None and n >= req.max_windows:
+                    cut = "windows"
                     break
         finally:
             gen.close()
-        self.run_finished.emit(req.run_id, dec.report())
+        report = dec.report()
+        if cut and not report.get("finish_reason"):
+            report["finish_reason"] = cut        # the worker, not the decoder, ended the run
+        self.run_finished.emit(req.run_id, report)
 
     def _gate(self) -> bool:
         """Block while paused (unless a step is owed); False when stop was requested."""

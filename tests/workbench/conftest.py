@@ -1,0 +1,56 @@
+"""Workbench fixtures: offscreen Qt, the bundled model loaded once and handed to every worker."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+
+from engine.settings import DecodeSettings  # noqa: E402
+
+# copy-heavy raw text: the n-gram drafter finds matches from the first window on
+PROMPT = ("def area(width, height):\n    return width * height\n\n\n"
+          "def area(width, height):\n    return width * height\n\n\n"
+          "def area(width, height):\n    return")
+SMALL = DecodeSettings(draft="tree", depth=3, width=2, max_new_tokens=12)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _profile_cache(tmp_path_factory):
+    """Keep probes and saved profiles out of the user's cache."""
+    old = os.environ.get("SPECSCOPE_CACHE")
+    os.environ["SPECSCOPE_CACHE"] = str(tmp_path_factory.mktemp("specscope-cache"))
+    yield
+    if old is None:
+        os.environ.pop("SPECSCOPE_CACHE", None)
+    else:
+        os.environ["SPECSCOPE_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def cpu_spec(cpu_runtime):
+    from workbench.worker import RuntimeSpec, preload_runtime
+    spec = RuntimeSpec(None, "cpu", "float32")
+    preload_runtime(spec, cpu_runtime)
+    return spec
+
+
+@pytest.fixture
+def make_window(qtbot, qapp, cpu_spec):
+    from workbench import theme
+    from workbench.window import MainWindow
+    theme.apply_theme(qapp)
+    made = []
+
+    def make(settings: DecodeSettings = SMALL, prompt=PROMPT, spec=None):
+        w = MainWindow(spec or cpu_spec, prompt=prompt, settings=settings, probe=False)
+        qtbot.addWidget(w)
+        w.show()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.close()

@@ -1,0 +1,397 @@
+"""The workbench on the real bundled model (CPU, small settings), offscreen, real widgets."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+
+from engine.errors import ParameterError
+from engine.events import ACCEPTED, BONUS, CORRECTION, TARGET
+from engine.settings import DecodeSettings
+
+from .conftest import PROMPT, SMALL
+
+TIMEOUT_MS = 120_000
+
+
+def wait_windows(qtbot, win, n: int) -> None:
+    qtbot.waitUntil(lambda: len(win.store) >= n or win.last_error is not None, timeout=TIMEOUT_MS)
+    assert win.last_error is None, win.last_error
+
+
+def wait_idle(qtbot, win) -> None:
+    qtbot.waitUntil(lambda: win.worker.state == "idle" and (win.last_report is not None
+                                                             or win.last_error is not None),
+                    timeout=TIMEOUT_MS)
+
+
+def show(win, idx: int) -> None:
+    win.show_window(idx)
+
+
+def view_state(win) -> dict:
+    return {"tree": win.tree.node_states(),
+            "rows": [[win.rows.model.index(r, c).data() for c in range(win.rows.model.columnCount())]
+                     for r in range(win.rows.model.rowCount())],
+            "output": win.output.plain_text(), "kinds": win.output.kinds_shown(),
+            "penalty": win.penalty.state, "stats": win.stats.state,
+            "roofline_points": win.roofline.state.get("points")}
+
+
+# ---- no model needed --------------------------------------------------------------------------
+
+def test_engine_imports_without_qt():
+    code = ("import importlib, importlib.util, pkgutil, sys, engine\n"
+            "mods = [m.name for m in pkgutil.iter_modules(engine.__path__)]\n"
+            "for m in mods: importlib.import_module('engine.' + m)\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'pyqtgraph', 'workbench'))\n"
+            "assert not bad, bad\n"
+            "print(len(mods))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.strip()) >= 10        # every engine module was imported
+
+
+def test_display_detection():
+    from workbench.app import display_available
+    if sys.platform in ("win32", "darwin"):
+        pytest.skip("always a display there")
+    assert not display_available({})
+    assert display_available({"DISPLAY": ":0"})
+    assert display_available({"WAYLAND_DISPLAY": "wayland-0"})
+    assert not display_available({"QT_QPA_PLATFORM": "offscreen", "DISPLAY": ":0"})
+
+
+def test_theory_curve():
+    from workbench.store import theory_tokens_per_pass
+    assert theory_tokens_per_pass(0.5, 2) == pytest.approx(1.75)      # 1 + .5 + .25
+    assert theory_tokens_per_pass(1.0, 4) == 5.0
+    assert theory_tokens_per_pass(0.0, 8) == 1.0
+
+
+def test_invalid_control_shows_parameter_error_inline(qtbot, make_window):
+    win = make_window()
+    try:
+        DecodeSettings(ngram_min=5, ngram_max=4)
+    except ParameterError as e:
+        expected = str(e)
+    with qtbot.assertNotEmitted(win.controls.settings_changed):
+        win.controls.ngram_min.setValue(5)
+    assert win.controls.error.text() == expected
+    assert not win.controls.error.isHidden()
+    with qtbot.waitSignal(win.controls.settings_changed) as sig:
+        win.controls.ngram_min.setValue(2)
+    assert sig.args[0].ngram_min == 2 and win.controls.error.isHidden()
+
+
+def test_prompt_editor_takes_dropped_files(qtbot, make_window, tmp_path):
+    from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+    from PySide6.QtGui import QDragEnterEvent, QDropEvent
+    from PySide6.QtWidgets import QApplication
+    win = make_window()
+    editor = win.prompt_editor
+    assert editor.prompt() == PROMPT
+    editor.load_default()
+    assert isinstance(editor.prompt(), list)                 # the bundled default: chat messages
+    raw = tmp_path / "p.txt"
+    raw.write_text("def f():\n    return 1\n", encoding="utf-8")
+    chat = tmp_path / "c.json"
+    chat.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}), encoding="utf-8")
+    for path, expected in ((raw, "def f():\n    return 1\n"), (chat, [{"role": "user", "content": "hi"}])):
+        mime = QMimeData()
+        mime.setUrls([QUrl.fromLocalFile(str(path))])
+        args = (Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)     # QPoint overload, still current
+            enter = QDragEnterEvent(QPoint(5, 5), *args)
+        QApplication.sendEvent(editor.edit.viewport(), enter)      # where a real drag lands
+        assert enter.isAccepted()
+        QApplication.sendEvent(editor.edit.viewport(), QDropEvent(QPointF(5, 5), *args))
+        assert editor.prompt() == expected
+        assert path.name in editor.info.text()
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]", encoding="utf-8")
+    with qtbot.waitSignal(editor.error):
+        editor.load_file(str(bad))
+    assert "chat messages" in win.banner.message()
+    editor.edit.setPlainText("{not json")
+    with pytest.raises(ParameterError):
+        editor.prompt()
+    assert not win.start_run()                               # refused with a banner, no run
+    assert "not valid JSON" in win.banner.message() and win.worker.state == "idle"
+
+
+# ---- live runs on the bundled model --------------------------------------------------------------
+
+def test_live_run_views_match_events(qtbot, make_window, tmp_path):
+    win = make_window()
+    assert win.start_run()
+    wait_idle(qtbot, win)
+    store = win.store
+    assert len(store) >= 2
+    assert any(ev.tokens for ev in store.events), "the copy-heavy prompt should produce drafts"
+    assert store.header["settings"] == SMALL.to_dict()
+    for idx, ev in enumerate(store.events):
+        show(win, idx)
+        states = win.tree.node_states()
+        by_node = {s.node: s for s in states}
+        assert by_node[-1].role == "root" and by_node[-1].on_path
+        for i in range(len(ev.tokens)):
+            s = by_node[i]
+            assert s.role == ev.rows[i + 1].outcome
+            assert s.color == {"accepted": "#5bbf7a", "rejected": "#e06c6c",
+                               "not_reached": "#6e7781"}[s.role]
+            assert s.on_path == (i in ev.accepted_path)
+        # the accepted nodes are exactly the accepted path
+        assert {n for n, s in by_node.items() if n >= 0 and s.role == ACCEPTED} == set(ev.accepted_path)
+        # hover: each draft node tells where it was copied from
+        tips = {it.row - 1: it.toolTip() for it in win.tree._items if it.row > 0}
+        for i, prov in enumerate(ev.provenance):
+            assert f"copied from position {prov.position}" in tips[i]
+            assert f"match rank {prov.match}" in tips[i] and f"seen {prov.count}×" in tips[i]
+        last = ev.emitted_kinds[-1]
+        if last in (BONUS, CORRECTION, TARGET):
+            assert by_node[-2].role == last
+        # the table: one line per verify row, in order
+        assert win.rows.model.rowCount() == len(ev.rows) == len(ev.tokens) + 1
+        for r, row in enumerate(ev.rows):
+            assert win.rows.model.index(r, 0).data() == str(row.row)
+            assert win.rows.model.index(r, 7).data().startswith(
+                {"root": "root", "accepted": "accepted", "rejected": "rejected",
+                 "not_reached": "not reached"}[row.outcome])
+    # reference cards overlay the roofline on demand
+    ref = win.roofline.references[0]
+    win.roofline.toggle_reference(ref.label, True)
+    assert win.roofline.state["references"] == [ref.label] and ref.label in win.roofline.legend.text()
+    win.roofline.toggle_reference(ref.label, False)
+    # the output shows every emitted token, colored by kind, and matches the report's text
+    show(win, len(store) - 1)
+    assert win.output.plain_text() == "".join(t for ev in store.events for t in ev.emitted_texts)
+    assert win.output.kinds_shown() == [k for ev in store.events for k in ev.emitted_kinds]
+    assert win.last_report["new_tokens"] == sum(len(ev.emitted) for ev in store.events)
+    # export: every plot as PNG, the rows as CSV (one line per row)
+    from PySide6.QtGui import QImage
+
+    from workbench import export
+    for name in export.VIEWS:
+        path = export.export_png(win, name, tmp_path / f"{name}.png")
+        img = QImage(str(path))
+        assert not img.isNull() and img.width() > 50 and img.height() > 50, name
+    rows_csv = export.export_csv(win, tmp_path / "rows.csv")
+    with rows_csv.open(newline="", encoding="utf-8") as f:
+        lines = list(csv.reader(f))
+    assert len(lines) == 1 + len(store[-1].rows)
+    assert [ln[5] for ln in lines[1:]] == [r.draft_text for r in store[-1].rows]
+
+    # a recording replays to the same view state, without a model
+    rec = win.save_recording(tmp_path / "session.jsonl")
+    live = {}
+    for idx in range(len(store)):
+        show(win, idx)
+        live[idx] = view_state(win)
+    from workbench.window import MainWindow
+    replay = MainWindow(probe=False)
+    qtbot.addWidget(replay)
+    replay.show()
+    assert replay.open_recording(rec)
+    assert replay.store.events == store.events
+    assert replay.store.header["settings"] == SMALL.to_dict()
+    assert replay.controls.settings() == SMALL
+    for idx in reversed(range(len(store))):        # backwards: the output view rebuilds
+        show(replay, idx)
+        show(win, idx)
+        assert view_state(replay) == live[idx]
+    replay.close()
+
+
+def test_penalty_view_shows_history(qtbot, make_window):
+    settings = dataclasses.replace(SMALL, repeat_penalty=1.3, presence_penalty=0.5, penalty_window=32,
+                                   max_new_tokens=10, temperature=0.7, seed=3)
+    win = make_window(settings)
+    assert win.start_run()
+    wait_idle(qtbot, win)
+    # the deepest verify row of the run: its history ends with its draft path
+    idx, row = max(((i, r) for i, e in enumerate(win.store.events) for r in e.rows), key=lambda t: t[1].depth)
+    ev = win.store[idx]
+    show(win, idx)
+    led = row.penalty
+    assert led is not None and led.history and led.entries
+    win.select_row(row.row)
+    st = win.penalty.state
+    assert st["row"] == row.row
+    assert st["history"] == led.history and st["n_draft"] == led.n_draft
+    assert st["entries"] == [(e.token, e.before, e.after) for e in led.entries]
+    n = len(led.history)
+    assert st["draft_marks"] == [False] * (n - led.n_draft) + [True] * led.n_draft
+    assert led.n_draft == row.depth > 0                 # H_i ends with the row's own draft path
+    # sampled: tried rows carry their acceptance probability into the table
+    for r in ev.rows:
+        if r.accept_prob is not None:
+            assert win.rows.model.index(r.row, 6).data() != "–"
+    # a penalized candidate is drawn at its before and after logits
+    xs, ys = win.penalty._after.getData()
+    drawn = st["drawn"]
+    assert len(xs) == len(drawn) >= min(3, len(led.entries))
+    moved = sorted((abs(e.before - e.after) for e in led.entries), reverse=True)
+    by_token = {e.token: abs(e.before - e.after) for e in led.entries}
+    assert sorted((by_token[t] for t in drawn), reverse=True) == moved[:len(drawn)]   # the most moved
+    assert sorted(xs) == sorted(e.after for e in led.entries if e.token in drawn)
+    # without penalties the view says so instead of drawing
+    plain = make_window()
+    plain.store.append(dataclasses.replace(ev, rows=[dataclasses.replace(r, penalty=None) for r in ev.rows],
+                                           settings=SMALL.to_dict()))
+    show(plain, 0)
+    plain.select_row(1)
+    assert "penalties are off" in plain.penalty.history.toPlainText()
+
+
+def test_control_change_applies_at_next_window(qtbot, make_window):
+    win = make_window(dataclasses.replace(SMALL, max_new_tokens=40))
+    win.step()                                   # from idle: start paused, run one window
+    wait_windows(qtbot, win, 1)
+    assert win.store[0].depth == 3 and win.store[0].width == 2
+    qtbot.waitUntil(lambda: win.worker.state == "paused", timeout=TIMEOUT_MS)
+    with qtbot.waitSignal(win.controls.settings_changed):
+        win.controls.depth.setValue(2)
+    with qtbot.waitSignal(win.controls.settings_changed):
+        win.controls.width.setValue(1)
+    win.step()
+    wait_windows(qtbot, win, 2)
+    ev = win.store[1]
+    assert (ev.depth, ev.width) == (2, 1)
+    assert max(ev.depths, default=0) <= 2
+    assert sum(1 for p in ev.parents if p == -1) <= 1          # width 1: one branch
+    win.stop()
+    wait_idle(qtbot, win)
+
+
+def test_pause_step_resume_by_keyboard(qtbot, qapp, make_window):
+    from PySide6.QtCore import Qt
+    win = make_window(dataclasses.replace(SMALL, draft="lookup", max_new_tokens=60))
+    win.activateWindow()
+    qtbot.waitUntil(lambda: qapp.activeWindow() is win)
+    assert win.start_run()
+    wait_windows(qtbot, win, 1)
+    qtbot.keyClick(win, Qt.Key.Key_Space)                     # pause
+    qtbot.waitUntil(lambda: win.worker.state == "paused", timeout=TIMEOUT_MS)
+    qtbot.wait(300)                              # let the last queued window land
+    n = len(win.store)
+    qtbot.wait(1200)
+    assert len(win.store) == n                   # paused: nothing new
+    qtbot.keyClick(win, Qt.Key.Key_N)                         # step
+    wait_windows(qtbot, win, n + 1)
+    qtbot.waitUntil(lambda: win.worker.state == "paused", timeout=TIMEOUT_MS)
+    qtbot.wait(1000)
+    assert len(win.store) == n + 1               # exactly one window per step
+    qtbot.keyClick(win, Qt.Key.Key_Space)                     # resume
+    wait_windows(qtbot, win, n + 2)
+    assert win.worker.state in ("running", "idle")
+    qtbot.keyClick(win, Qt.Key.Key_Escape)                    # stop
+    wait_idle(qtbot, win)
+    assert win.last_report["finish_reason"] in ("stopped", "length", "eos")
+
+
+def test_close_mid_run_stops_the_worker(qtbot, make_window):
+    win = make_window(dataclasses.replace(SMALL, max_new_tokens=400))
+    assert win.start_run()
+    wait_windows(qtbot, win, 1)
+    assert win.worker.isRunning() and win.worker.state in ("running", "paused")
+    t0 = time.perf_counter()
+    win.close()
+    assert time.perf_counter() - t0 < 2.0
+    assert win.worker.isFinished() and not win.worker.isRunning()
+
+
+def test_screenshot_command(qtbot, cpu_spec, tmp_path, capsys):
+    from PySide6.QtGui import QImage
+
+    from workbench.app import main
+    prompt = tmp_path / "p.txt"
+    prompt.write_text(PROMPT, encoding="utf-8")
+    shot = tmp_path / "shot.png"
+    code = main(["--screenshot", str(shot), "--windows", "2", "--device", "cpu", "--dtype", "float32",
+                 "--prompt-file", str(prompt), "--no-probe"])
+    assert code == 0
+    img = QImage(str(shot))
+    assert (img.width(), img.height()) == (1640, 1000)
+    colors = {img.pixel(x, y) for x in range(0, 1640, 37) for y in range(0, 1000, 29)}
+    assert len(colors) > 20                      # drawn, not a blank frame
+    assert "saved" in capsys.readouterr().err
+
+
+def test_bad_model_shows_banner_and_worker_survives(qtbot, make_window, cpu_spec, cpu_runtime, tmp_path):
+    from workbench.worker import RuntimeSpec, preload_runtime
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 64)
+    win = make_window(spec=RuntimeSpec(str(bad), "cpu", "float32"))
+    assert win.start_run()
+    qtbot.waitUntil(lambda: win.last_error is not None, timeout=TIMEOUT_MS)
+    message, kind = win.last_error
+    assert kind == "model"
+    assert "broken.gguf" in win.banner.message()
+    preload_runtime(cpu_spec, cpu_runtime)       # the failed load freed the shared model
+    win.spec = cpu_spec
+    assert win.start_run()                       # the same worker thread runs again
+    wait_windows(qtbot, win, 1)
+    assert win.banner.isHidden()
+    win.stop()
+    wait_idle(qtbot, win)
+
+
+def test_pyside_keeps_none_alive():
+    """PySide6 6.12 on Python 3.11 drops a reference to None per Python virtual override that
+    returns None, and the app aborts after a few thousand redraws. pyproject pins below 6.12;
+    where 6.12 is installed anyway the workbench guard (workbench/pyside_fix.py) must apply."""
+    import workbench.window  # noqa: F401 - applies the guard where it is needed
+    from PySide6.QtCore import QAbstractTableModel, Qt
+
+    from workbench.pyside_fix import HEADROOM
+
+    class Model(QAbstractTableModel):
+        def rowCount(self, parent=None):
+            return 1
+
+        def columnCount(self, parent=None):
+            return 1
+
+        def data(self, index, role=Qt.DisplayRole):
+            return None
+
+    index = Model().index(0, 0)
+    before = sys.getrefcount(None)
+    for _ in range(200):
+        index.data(Qt.DisplayRole)
+    leaked = before - sys.getrefcount(None)
+    assert leaked <= 0 or (sys.version_info < (3, 12) and sys.getrefcount(None) > HEADROOM // 2)
+
+
+def test_frame_pacer_spends_its_budget_and_starves_nothing():
+    from workbench.frames import GROUPS, PLOT_GROUPS, VIEW_GROUPS, FramePacer
+    p = FramePacer(cpu_budget=0.05, min_gap_s=0.033, max_gap_s=1.0, plots_hz=2.0)
+    p.mark_all()
+    assert p.take(0.0, streaming=False, split=False) == list(GROUPS)     # idle: everything at once
+    # streaming: a frame costing 10 ms of CPU buys 200 ms of quiet
+    p.mark_all()
+    assert p.due(0.0, streaming=True)
+    p.started(0.0, 5.0)
+    p.account(5.010)
+    assert not p.due(0.199, streaming=True) and p.due(0.2001, streaming=True)
+    p.started(1.0, 6.0)
+    p.account(6.5)                                                       # a 500 ms frame: capped
+    assert p.due(2.0, streaming=True) and not p.due(1.99, streaming=True)
+    # one group per streaming frame; a new window every frame still lets every plot through
+    drawn, t = [], 10.0
+    for _ in range(24):
+        p.mark_all()
+        (g,) = p.take(t, streaming=True, split=True)
+        drawn.append(g)
+        t += 0.3
+    assert all(drawn.count(g) >= 5 for g in VIEW_GROUPS)
+    assert all(g in drawn for g in PLOT_GROUPS)

@@ -1,0 +1,130 @@
+"""`specscope` with no subcommand: the workbench window, or an offscreen session.
+
+    specscope                                   open the window, start a run on the default prompt
+    specscope --screenshot F.png --windows N    run N windows offscreen, save the window as PNG
+    specscope --replay session.jsonl            browse a recording (no model needed)
+
+With no display ($DISPLAY and $WAYLAND_DISPLAY unset and no QT_QPA_PLATFORM chosen) the same
+session runs offscreen: the window is saved as a PNG and the run's JSON report printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+OFFSCREEN_SHOT = "specscope-screenshot.png"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specscope", description="specscope's workbench window")
+    p.add_argument("--screenshot", metavar="FILE", help="run offscreen and save the window as PNG")
+    p.add_argument("--windows", type=int, default=20,
+                   help="windows to run before --screenshot (0: the whole run)")
+    p.add_argument("--model", default=None, help="a .gguf file or an HF folder (default: bundled)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--prompt-file", "--gui-prompt-file", dest="prompt_file",
+                   help=".txt: raw text; .json: chat messages")
+    p.add_argument("--replay", metavar="JSONL", help="open a recording instead of running a model")
+    p.add_argument("--no-probe", action="store_true",
+                   help="do not probe the card's verify cost when no saved profile exists")
+    return p
+
+
+def display_available(env: dict | None = None) -> bool:
+    """False on Linux/BSD with neither an X11 nor a Wayland display and no platform chosen."""
+    env = os.environ if env is None else env
+    if sys.platform in ("win32", "darwin"):
+        return True
+    if env.get("QT_QPA_PLATFORM"):
+        return env["QT_QPA_PLATFORM"].split(":")[0] not in ("offscreen", "minimal")
+    return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, _unknown = build_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    shot = args.screenshot
+    windows = args.windows if args.windows and args.windows > 0 else None
+    print_report = False
+    if not shot and not display_available():
+        if not os.environ.get("QT_QPA_PLATFORM"):
+            print("specscope: no display ($DISPLAY and $WAYLAND_DISPLAY are unset): running the "
+                  f"session offscreen; the window is saved to {OFFSCREEN_SHOT} and the report printed",
+                  file=sys.stderr)
+        shot, windows, print_report = OFFSCREEN_SHOT, None, True
+    if shot:
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+    from PySide6.QtWidgets import QApplication
+
+    from engine.device import leave_a_core_for_the_ui
+    from engine.errors import SpecscopeError
+
+    from . import engine_api, theme
+    from .window import MainWindow
+    from .worker import RuntimeSpec
+
+    leave_a_core_for_the_ui()
+    app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "specscope"])
+    app.setApplicationName("specscope")
+    theme.apply_theme(app)
+    prompt = None
+    if args.prompt_file:
+        try:
+            prompt = engine_api.read_prompt_file(args.prompt_file)
+        except SpecscopeError as e:
+            print(f"specscope: error: {e}", file=sys.stderr)
+            return 2
+    win = MainWindow(RuntimeSpec(args.model, args.device, args.dtype), prompt, probe=not args.no_probe)
+    if shot:
+        return run_offscreen(app, win, shot, windows, args.replay, print_report)
+    win.show()
+    if args.replay:
+        win.open_recording(args.replay)
+    else:
+        win.start_run()
+    return app.exec()
+
+
+def run_offscreen(app, win, path: str, windows: int | None, replay: str | None = None,
+                  print_report: bool = False) -> int:
+    """Run (or replay) offscreen, save the window as PNG; exit 0, 2 (user error) or 1."""
+    from PySide6.QtCore import QEventLoop
+
+    win.show()
+    if replay:
+        ok = win.open_recording(replay)
+    else:
+        loop = QEventLoop()
+        win.worker.run_finished.connect(lambda *_: loop.quit())
+        win.worker.failed.connect(lambda *_: loop.quit())
+        ok = win.start_run(max_windows=windows)
+        if ok:
+            loop.exec()
+    app.processEvents()
+    win._mark_dirty()
+    win.render_now()
+    app.processEvents()
+    out = Path(path)
+    win.grab().save(str(out))
+    print(f"specscope: saved {out} ({len(win.store)} windows)", file=sys.stderr)
+    if print_report and win.last_report is not None:
+        print(json.dumps(win.last_report, ensure_ascii=False))
+    code = 0
+    if win.last_error is not None:
+        message, kind = win.last_error
+        print(f"specscope: error: {message}", file=sys.stderr)
+        code = 2 if kind in ("model", "parameter") else 1
+    elif not ok:
+        code = 2
+    win.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

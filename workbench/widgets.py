@@ -1,0 +1,107 @@
+"""Small shared widgets: the timeline scrubber and the error banner."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
+
+
+class Timeline(QWidget):
+    """A slider over the window index. While `live` is on it follows the newest window; moving
+    the slider back turns live off, pressing Live (or moving to the end) turns it on again."""
+
+    index_changed = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(0, 0)
+        self.slider.setEnabled(False)
+        self.slider.setFocusPolicy(Qt.FocusPolicy.NoFocus)   # arrows belong to the window shortcuts
+        self.label = QLabel("no windows")
+        self.label.setObjectName("muted")
+        self.label.setMinimumWidth(120)
+        self.label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.live = QPushButton("● Live")
+        self.live.setCheckable(True)
+        self.live.setChecked(True)
+        self.live.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.live.setToolTip("follow the newest window (End)")
+        title = QLabel("window")
+        title.setObjectName("muted")
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(10, 2, 10, 2)
+        lay.addWidget(title)
+        lay.addWidget(self.slider, 1)
+        lay.addWidget(self.label)
+        lay.addWidget(self.live)
+        self._count = 0
+        self.slider.valueChanged.connect(self._moved)
+        self.live.toggled.connect(self._live_toggled)
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def value(self) -> int:
+        return self.slider.value() if self._count else -1
+
+    def set_count(self, n: int) -> None:
+        """The number of windows recorded; follows the newest when live."""
+        self._count = n
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, max(0, n - 1))
+        if self.live.isChecked() and n:
+            self.slider.setValue(n - 1)
+        self.slider.blockSignals(False)
+        self.slider.setEnabled(n > 1)
+        self._label()
+
+    def set_value(self, i: int) -> None:
+        if not self._count:
+            return
+        i = max(0, min(i, self._count - 1))
+        self.slider.setValue(i)          # emits through _moved
+        self._label()
+
+    def _moved(self, v: int) -> None:
+        live = v >= self._count - 1
+        if self.live.isChecked() != live:
+            self.live.blockSignals(True)
+            self.live.setChecked(live)
+            self.live.blockSignals(False)
+        self._label()
+        self.index_changed.emit(v)
+
+    def _live_toggled(self, on: bool) -> None:
+        if on and self._count:
+            self.slider.setValue(self._count - 1)
+            self.index_changed.emit(self._count - 1)
+
+    def _label(self) -> None:
+        self.label.setText(f"{self.value()} / {self._count - 1}" if self._count else "no windows")
+
+
+class Banner(QFrame):
+    """A red strip over the views: what went wrong and what to do. Dismissed by its button."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("banner")
+        self.text = QLabel("")
+        self.text.setWordWrap(True)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QPushButton("Dismiss")
+        close.clicked.connect(self.hide)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(12, 6, 8, 6)
+        lay.addWidget(self.text, 1)
+        lay.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        self.hide()
+
+    def show_message(self, message: str, title: str = "Error") -> None:
+        self.text.setText(f"<b>{title}:</b> {message}")
+        self.show()
+
+    def message(self) -> str:
+        return self.text.text() if not self.isHidden() else ""
