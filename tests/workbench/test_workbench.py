@@ -345,7 +345,7 @@ def test_bad_model_shows_banner_and_worker_survives(qtbot, make_window, cpu_spec
     wait_idle(qtbot, win)
 
 
-def test_pyside_keeps_none_alive():
+def test_pyside_keeps_none_alive(qapp):
     """PySide6 6.12 on Python 3.11 drops a reference to None per Python virtual override that
     returns None, and the app aborts after a few thousand redraws. pyproject pins below 6.12;
     where 6.12 is installed anyway the workbench guard (workbench/pyside_fix.py) must apply."""
@@ -364,7 +364,8 @@ def test_pyside_keeps_none_alive():
         def data(self, index, role=Qt.DisplayRole):
             return None
 
-    index = Model().index(0, 0)
+    model = Model()
+    index = model.index(0, 0)
     before = sys.getrefcount(None)
     for _ in range(200):
         index.data(Qt.DisplayRole)
