@@ -128,7 +128,7 @@ class Transformer:
             # [R, Hq, D] -> [1, Hkv, G*R, D]: row g*R + r of kv head j is query head j*G + g
             qg = qk[:, :Hq].transpose(0, 1).reshape(1, Hkv, G * R, D)
             a = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=bias)  # [1, Hkv, G*R, D]
-            a = a.view(Hq, R, D).transpose(0, 1).reshape(R, Hq * D)
+            a = a.reshape(Hq, R, D).transpose(0, 1).reshape(R, Hq * D)
             x = torch.addmm(x, a, L["o"].t())                     # x + a @ o^T
             h = self._rms(x, L["mlp_norm"])
             gate, up = F.linear(h, L["gate_up"]).chunk(2, dim=-1)

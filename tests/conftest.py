@@ -40,3 +40,11 @@ def code_edit_prompts():
     from pathlib import Path
     f = Path(__file__).resolve().parent.parent / "assets" / "workloads" / "code_edit_prompts.jsonl"
     return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+
+
+def pytest_configure(config):
+    # One intra-op thread: on a 2-core machine that is also running anything else, torch's
+    # thread pool waits on a descheduled thread at every barrier (5-10x slower decoding seen
+    # here); one thread keeps the suite's time predictable.
+    import torch
+    torch.set_num_threads(1)
