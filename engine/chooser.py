@@ -154,14 +154,22 @@ class WindowChooser:
         """Every window the chooser may pick, priced (for the workbench's pricing view)."""
         kmax = self.max_depth if available_depth is None else min(self.max_depth, available_depth)
         wmax = self.max_width if available_width is None else min(self.max_width, available_width)
+        # E(k, w) for every k from one running product per width: this runs before every
+        # window, so it must cost microseconds, not a pass over all cells per (k, w)
+        expected: dict[tuple[int, int], float] = {}
+        for w in range(1, wmax + 1):
+            total, run = 1.0, 1.0
+            for k in range(1, kmax + 1):
+                run *= self.acceptance(drafter, w, k)
+                total += run
+                expected[k, w] = total
         out = []
         for k in range(1, kmax + 1):
             for w in range(1, wmax + 1):
                 rows = 1 + k * w
                 if self.max_rows is not None and rows > self.max_rows:
                     continue
-                e = self.expected_tokens(drafter, k, w)
-                out.append(Choice(k, w, rows, self.predicted_ms(rows), e, ""))
+                out.append(Choice(k, w, rows, self.predicted_ms(rows), expected[k, w], ""))
         return out
 
     def choose(self, drafter: str, available_depth: int | None = None,
@@ -236,7 +244,10 @@ class WindowChooser:
 
     def observe_event(self, event: Any) -> None:
         """Feed a WindowEvent (or its dict) back: the decoder's one-line hook."""
-        d = event if isinstance(event, dict) else event.to_dict()
+        # read the few fields it needs; event.to_dict() would deep-copy every row per window
+        d = event if isinstance(event, dict) else {
+            k: getattr(event, k) for k in ("tokens", "drafter", "window_ms", "depths", "width",
+                                           "accepted_path", "emitted_kinds")}
         n_nodes = len(d["tokens"])
         if n_nodes == 0:
             self.observe(d["drafter"], 0, 0, 0, False, measured_ms=d.get("window_ms"), rows=1)
