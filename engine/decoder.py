@@ -26,7 +26,7 @@ from .drafters import make_drafter
 from .errors import ParameterError
 from .ngram import NgramIndex
 from .runtime import Runtime
-from .sampling import Rng, SamplingConfig
+from .sampling import Rng
 from .settings import DecodeSettings
 from .tree import TokenTree
 from .verify import VerifyOutcome, verify_greedy, verify_sampled
@@ -77,7 +77,7 @@ class Decoder:
 
     def _configure(self) -> None:
         s = self.settings
-        self.sampling = SamplingConfig.from_settings(s)
+        self.sampling = s.sampling()
         if getattr(self, "drafter", None) is None or self.drafter.name != s.draft or \
                 getattr(self.drafter, "match", s.match) != s.match:
             self.drafter = make_drafter(s.draft, s.match)

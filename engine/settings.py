@@ -7,8 +7,12 @@ depth=6)` through the decoder's control queue; the decoder applies it at the nex
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from .errors import ParameterError
+
+if TYPE_CHECKING:
+    from .sampling import SamplingConfig
 
 DRAFTERS = ("none", "lookup", "tree")
 MATCH_RULES = ("recent", "first", "frequent")
@@ -56,23 +60,26 @@ class DecodeSettings:
             bad(f"--ngram-max must be at most 16, got {self.ngram_max}")
         # the sampling fields are validated once, by the sampler's own config; the message
         # names the command-line flag
-        from .sampling import SamplingConfig
         try:
-            SamplingConfig.from_settings(self)
+            self.sampling()
         except ParameterError as e:
             field, _, rest = str(e).partition(" ")
             raise ParameterError(f"--{field.replace('_', '-')} {rest}") from None
         if self.max_new_tokens < 1:
             bad(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
 
+    def sampling(self) -> "SamplingConfig":
+        """The sampler's view of these settings (validated on construction)."""
+        from .sampling import SamplingConfig
+        return SamplingConfig.from_settings(self)
+
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.sampling().greedy
 
     @property
     def penalized(self) -> bool:
-        return (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0
-                or self.frequency_penalty != 0.0)
+        return self.sampling().penalized
 
     def to_dict(self) -> dict:
         return asdict(self)
