@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .cost import CostProfile
 from .errors import ParameterError
@@ -99,7 +99,8 @@ class WindowChooser:
 
     def __init__(self, profile: CostProfile, max_depth: int, max_width: int, ema: float = 0.3,
                  prior: float = 0.5, correlation: float = 0.5, relax: float = 0.02,
-                 overhead_ema: float = 0.1, max_rows: int | None = None) -> None:
+                 overhead_ema: float = 0.1, max_rows: int | None = None,
+                 rows_of: Callable[[int, int], int] | None = None) -> None:
         if max_depth < 1 or max_width < 1:
             raise ParameterError(f"the chooser needs max depth and width >= 1, got {max_depth} and {max_width}")
         for name, v in (("ema", ema), ("relax", relax), ("overhead_ema", overhead_ema)):
@@ -117,6 +118,8 @@ class WindowChooser:
         self.overhead_ema = overhead_ema
         limits = [m for m in (profile.max_rows, max_rows) if m is not None]
         self.max_rows = min(limits) if limits else None
+        # verify rows of a window of depth k and width w: the drafter's shape (default k*w + 1)
+        self.rows_of = rows_of or (lambda k, w: 1 + k * w)
         self._cells: dict[tuple[str, int, int], _Cell] = {}     # (drafter, width, depth)
         self._overhead: dict[str, float] = {}    # "plain" | "window" -> ms above the profile
 
@@ -166,7 +169,7 @@ class WindowChooser:
         out = []
         for k in range(1, kmax + 1):
             for w in range(1, wmax + 1):
-                rows = 1 + k * w
+                rows = self.rows_of(k, w)
                 if self.max_rows is not None and rows > self.max_rows:
                     continue
                 out.append(Choice(k, w, rows, self.predicted_ms(rows), expected[k, w], ""))

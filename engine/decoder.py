@@ -22,7 +22,7 @@ import torch
 
 from . import events as E
 from .chooser import ArFloor, Choice, WindowChooser
-from .drafters import make_drafter
+from .drafters import make_drafter, tree_rows
 from .errors import ParameterError
 from .ngram import NgramIndex
 from .runtime import Runtime
@@ -60,6 +60,7 @@ class Decoder:
         self.floor: ArFloor | None = None
         self.profile = profile     # a CostProfile for --adaptive (None: the device's, or a probe)
         self.progress = None        # callable(stage, fraction) for the one-time profile probe
+        self._running = False       # prefill done: the cache holds this request
 
     # -- settings -------------------------------------------------------------------------
     def _apply_controls(self) -> None:
@@ -83,7 +84,9 @@ class Decoder:
             self.drafter = make_drafter(s.draft, s.match)
         if s.adaptive and s.draft != "none":
             if self.chooser is None:
-                self.chooser = WindowChooser(self._cost_profile(), s.depth, s.width, max_rows=MAX_ROWS)
+                self.chooser = WindowChooser(
+                    self._cost_profile(), s.depth, s.width, max_rows=MAX_ROWS,
+                    rows_of=tree_rows if s.draft == "tree" else None)
             self.chooser.max_depth, self.chooser.max_width = s.depth, s.width
         if s.ar_floor and s.draft != "none":
             if self.floor is None:
@@ -109,6 +112,7 @@ class Decoder:
         rt.warm_up()
         t_start = time.perf_counter()
         rt.prefill(ids[:-1])
+        self._running = True
         eos = set(self.tok.eos_ids)
         index = 0
         while True:
@@ -178,11 +182,27 @@ class Decoder:
         rt = self.rt
         if self.profile is not None:
             return self.profile
+        # before the run: probe at the profile's usual context; during a run (adaptive switched
+        # on from the workbench): at the committed length, so only scratch slots are written
+        context = self.rt.cache.length if self._running else None
         prof = resolve_profile(rt.device_name, rt.model_id, rt.dtype_name)
-        if prof is None:
-            prof = probe_profile(rt, progress=self.progress, save=True)
+        if prof is None or not self._profile_still_holds(prof, context):
+            kw = {} if context is None else {"context": context}
+            prof = probe_profile(rt, progress=self.progress, save=context is None, **kw)
         self.profile = prof
         return prof
+
+    def _profile_still_holds(self, prof, context: int | None) -> bool:
+        """A saved profile measured while the machine was busy (or on other hardware under the
+        same name) would misprice every window. Time a few 1-row and 8-row passes now: more
+        than 2x off either way means probe again."""
+        import statistics
+        for rows in (1, 8):
+            ctx = context if context is not None else (prof.context or 1024)
+            ms = statistics.median(self.rt.time_verify_pass(rows, ctx) for _ in range(3))
+            if not 0.5 <= ms / prof.ms(rows) <= 2.0:
+                return False
+        return True
 
     def _plan(self, remaining: int) -> Choice:
         """This window's depth and width: fixed settings, the chooser's pick, or the AR floor."""
@@ -198,13 +218,15 @@ class Decoder:
             if not self.index.lookup()[1]:
                 return self.chooser.choose(s.draft, available_depth=0)
             return self.chooser.choose(s.draft, available_depth=depth, available_width=width)
-        return Choice(depth, width, 1 + depth * width, float("nan"), float("nan"), "fixed depth and width")
+        rows = tree_rows(depth, width) if s.draft == "tree" else 1 + depth
+        return Choice(depth, width, rows, float("nan"), float("nan"), "fixed depth and width")
 
     def _propose(self, root: int, plan: Choice) -> TokenTree:
         if self.drafter is None or plan.depth == 0:
             return TokenTree.empty(root)
         # never more rows than one pass holds
-        budget = min(MAX_ROWS, 1 + plan.depth * plan.width, self.rt.cache.room() - 1)
+        rows = tree_rows(plan.depth, plan.width) if self.settings.draft == "tree" else 1 + plan.depth
+        budget = min(MAX_ROWS, rows, self.rt.cache.room() - 1)
         return self.drafter.propose(self.index, root, plan.depth, plan.width, budget)
 
     def _verify(self, tree: TokenTree, scores) -> VerifyOutcome:

@@ -218,17 +218,23 @@ class Runtime:
     # -- timing (the roofline probe) -----------------------------------------------------
     def time_verify_pass(self, n_rows: int, context: int) -> float:
         """Milliseconds of one verify pass of n_rows (a chain) at `context` committed tokens.
-        The cache contents do not matter for cost: only its length does."""
-        if context + 64 + n_rows > self.cache.capacity:
-            self.start(context + 64 + n_rows)
+        The cache contents do not matter for cost, only its length. The pass writes scratch
+        slots [context, context + n_rows) only and the committed length is restored, so a
+        probe at context >= the committed length is safe in the middle of a run."""
+        if context + n_rows > self.cache.capacity:
+            self.start(context + n_rows + 64)
+        saved = self.cache.length
         self.cache.length = context
         tokens = [1] * n_rows
         parents = [-1] + list(range(n_rows - 1))
-        synchronize(self.device)
-        t0 = time.perf_counter()
-        self.verify(tokens, parents, need_logits=False)
-        synchronize(self.device)
-        return (time.perf_counter() - t0) * 1e3
+        try:
+            synchronize(self.device)
+            t0 = time.perf_counter()
+            self.verify(tokens, parents, need_logits=False)
+            synchronize(self.device)
+            return (time.perf_counter() - t0) * 1e3
+        finally:
+            self.cache.length = saved
 
 
 def open_runtime(model: str | None = None, device: str = "auto", dtype: str = "auto",
