@@ -141,7 +141,7 @@ class RooflineView(QWidget):
                 items.append(pg.InfiniteLine(pos=math.log2(c.knee), angle=90,
                                              pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
                                              label=f"knee {c.knee:.0f}",
-                                             labelOpts={"color": color, "position": 0.92}))
+                                             labelOpts={"color": color, "position": 0.06}))  # low: the break-even label sits high
             for it in items:
                 self.plot.addItem(it)
             self._curve_items += items
