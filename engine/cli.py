@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Callable, Sequence
 
 from .errors import SpecscopeError

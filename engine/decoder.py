@@ -15,10 +15,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import replace
 from typing import Any, Iterator
 
-import torch
 
 from . import events as E
 from .chooser import ArFloor, Choice, WindowChooser

@@ -26,16 +26,6 @@ from engine.verify import verify_greedy
 WORKLOADS = Path(__file__).resolve().parents[2] / "assets" / "workloads" / "code_edit_prompts.jsonl"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Thousands of tiny tensor ops: on a busy 2-core runner an op that goes parallel can wait
-    ~10-20 ms for its second OpenMP thread, so run single-threaded and restore afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
     return Tokenizer.from_gguf_fields(read_gguf(default_model_path()).metadata)

@@ -29,16 +29,6 @@ from engine.sampling import (
 from engine.settings import DecodeSettings
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Thousands of tiny tensor ops: on a busy 2-core runner an op that goes parallel can wait
-    ~10-20 ms for its second OpenMP thread, so run single-threaded and restore afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def reference_penalize(logits: torch.Tensor, history: list[int], cfg: SamplingConfig) -> torch.Tensor:
     """transformers' repetition penalty, then OpenAI's frequency / presence formula:
     mu[j] -> mu[j] - c[j] * alpha_frequency - float(c[j] > 0) * alpha_presence."""

@@ -37,17 +37,6 @@ from engine.verify import (
 N_TRIALS = 200_000
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tests run thousands of tiny tensor ops. On a busy 2-core runner an op that goes
-    parallel (softmax does, even on [4, 8]) can wait ~10-20 ms for its second OpenMP thread to
-    be scheduled, so they run single-threaded; the previous setting comes back afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 ALPHA = 1e-3
 V = 8
 ROOT = 7
