@@ -21,7 +21,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import code_edit_prompts, median, record  # noqa: E402
 
 from engine.decoder import Decoder  # noqa: E402
-from engine.loading import default_model_path  # noqa: E402
 from engine.prompts import encode_prompt  # noqa: E402
 from engine.runtime import open_runtime  # noqa: E402
 from engine.settings import DecodeSettings  # noqa: E402
