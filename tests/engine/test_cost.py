@@ -116,7 +116,8 @@ def test_fit_rejects_bad_points():
 def test_reference_profiles_load_with_the_seeds_numbers():
     refs = reference_profiles()
     assert set(refs) == {"rx9070xt-qwen3.5-9b", "strix-halo-flash-next", "r9700-flash-next",
-                         "h200-qwen3-8b-shape", "h200-qwen2.5-0.5b-shape", "h200-smollm2-135m-shape"}
+                         "h200-qwen3-8b-shape", "h200-qwen2.5-0.5b-shape", "h200-smollm2-135m-shape",
+                         "h200-smollm2-135m-bundled-bf16"}
     rx = refs["rx9070xt-qwen3.5-9b"]
     assert rx.kind == "roofline"
     assert rx.fit.knee_rows == pytest.approx(25.3 / 1.04)      # seed 000: ~24 rows

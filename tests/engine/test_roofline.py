@@ -126,5 +126,5 @@ def test_workbench_probe_entry_reports_fractions(timer, tmp_path, monkeypatch):
 def test_resolve_profile_falls_back_to_a_matching_reference(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path))
     ref = resolve_profile("NVIDIA H200 (CUDA)", "SmolLM2-135M-Instruct.Q4_1.gguf", "bfloat16")
-    assert ref is not None and ref.id == "h200-smollm2-135m-shape"
+    assert ref is not None and ref.id == "h200-smollm2-135m-bundled-bf16"   # the real weights win over the shape
     assert resolve_profile("CPU x86_64", "SmolLM2-135M-Instruct.Q4_1.gguf", "float32") is None
