@@ -108,6 +108,8 @@ def cmd_generate(a: argparse.Namespace) -> int:
     rt = open_runtime(a.model, a.device, a.dtype, progress=None if quiet else _progress_printer())
     ids = encode_prompt(rt.tokenizer, prompt)
     dec = Decoder(rt, ids, settings, detail=False)
+    if not quiet:
+        dec.progress = _progress_printer()     # a first --adaptive run probes the device
     if quiet:
         report = dec.run()
         print(json.dumps(report, ensure_ascii=False))
