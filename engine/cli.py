@@ -157,21 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_decode_args(g)
     g.add_argument("--json", action="store_true", help="print one JSON report")
     g.set_defaults(func=cmd_generate)
+    from .bench import add_bench_args
+    from .roofline import add_roofline_args
     r = sub.add_parser("roofline", help="measure verify cost vs rows; write a device profile")
     add_model_args(r)
-    try:
-        from .roofline import add_roofline_args
-        add_roofline_args(r)
-    except ImportError:
-        pass
+    add_roofline_args(r)
     r.set_defaults(func=cmd_roofline)
     b = sub.add_parser("bench", help="ours and peers side by side")
     add_model_args(b)
-    try:
-        from .bench import add_bench_args
-        add_bench_args(b)
-    except ImportError:
-        pass
+    add_bench_args(b)
     b.set_defaults(func=cmd_bench)
     return p
 
