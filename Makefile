@@ -26,6 +26,7 @@ run: $(VENV)/.base
 	$(VENV)/bin/specscope $(ARGS)
 
 test: $(VENV)/.test
+	$(VENV)/bin/lint-imports
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(ARGS)
 
 test-slow: $(VENV)/.test

@@ -19,11 +19,11 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 from common import code_edit_prompts, median, record, specbench  # noqa: E402
 
-from engine.decoder import Decoder  # noqa: E402
-from engine.prompts import encode_prompt  # noqa: E402
-from engine.roofline import probe_profile  # noqa: E402
-from engine.runtime import open_runtime  # noqa: E402
-from engine.settings import DecodeSettings  # noqa: E402
+from engine.speculation.decoder import Decoder  # noqa: E402
+from engine.io.prompts import encode_prompt  # noqa: E402
+from engine.cost.probe import probe_profile  # noqa: E402
+from engine.session import open_runtime  # noqa: E402
+from engine.speculation.settings import DecodeSettings  # noqa: E402
 
 
 def main() -> None:

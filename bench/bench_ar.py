@@ -20,10 +20,10 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from common import code_edit_prompts, median, record  # noqa: E402
 
-from engine.decoder import Decoder  # noqa: E402
-from engine.prompts import encode_prompt  # noqa: E402
-from engine.runtime import open_runtime  # noqa: E402
-from engine.settings import DecodeSettings  # noqa: E402
+from engine.speculation.decoder import Decoder  # noqa: E402
+from engine.io.prompts import encode_prompt  # noqa: E402
+from engine.session import open_runtime  # noqa: E402
+from engine.speculation.settings import DecodeSettings  # noqa: E402
 
 
 def cold_start(device: str, repeats: int) -> list[float]:
@@ -32,7 +32,7 @@ def cold_start(device: str, repeats: int) -> list[float]:
     out = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "engine.cli", "generate", "--device", device,
+        subprocess.run([sys.executable, "-m", "specscope.cli", "generate", "--device", device,
                         "--draft", "none", "--max-new-tokens", "1", "--json",
                         "--prompt", "def fibonacci(n):"], check=True, capture_output=True)
         out.append(time.perf_counter() - t0)

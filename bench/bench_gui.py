@@ -29,7 +29,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import record  # noqa: E402
-from engine.settings import DecodeSettings  # noqa: E402
+from engine.speculation.settings import DecodeSettings  # noqa: E402
 
 HEARTBEAT_MS = 10
 

@@ -26,14 +26,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import code_edit_prompts, median, record  # noqa: E402
 
-from engine.drafters import LookupDrafter, TreeDrafter  # noqa: E402
-from engine.gguf_loader import read_gguf  # noqa: E402
-from engine.loading import default_model_path  # noqa: E402
-from engine.ngram import NgramIndex  # noqa: E402
-from engine.sampling import SamplingConfig  # noqa: E402
-from engine.tokenizer import Tokenizer  # noqa: E402
-from engine.tree import TokenTree  # noqa: E402
-from engine.verify import verify_greedy  # noqa: E402
+from engine.speculation.drafters import LookupDrafter, TreeDrafter  # noqa: E402
+from engine.io.gguf_file import read_gguf  # noqa: E402
+from engine.io.load import default_model_path  # noqa: E402
+from engine.speculation.ngram import NgramIndex  # noqa: E402
+from engine.speculation.sampling import SamplingConfig  # noqa: E402
+from engine.io.tokenizer import Tokenizer  # noqa: E402
+from engine.speculation.tree import TokenTree  # noqa: E402
+from engine.speculation.verify import verify_greedy  # noqa: E402
 
 
 def answer_text(item: dict) -> str:
@@ -132,7 +132,7 @@ def main() -> None:
     payload = {"stream_tokens": len(stream), "tokenizer": "engine.tokenizer (SmolLM2-135M GGUF)",
                **figures}
     if not args.no_oracle:
-        print(f"\noracle target (emits the edited function exactly), greedy, tokens per verify pass:")
+        print("\noracle target (emits the edited function exactly), greedy, tokens per verify pass:")
         print(f"  {'prompt':30s} {'answer':>6s} {'recent d8':>9s} {'first d8':>9s} "
               f"{'tree ' + str(args.depth) + 'x' + str(args.width):>9s}")
         oracle = {}

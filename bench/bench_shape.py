@@ -16,12 +16,12 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from common import code_edit_prompts, record  # noqa: E402
 
-from engine.decoder import Decoder  # noqa: E402
-from engine.drafters import TreeDrafter  # noqa: E402
-from engine.prompts import encode_prompt  # noqa: E402
-from engine.runtime import open_runtime  # noqa: E402
-from engine.settings import DecodeSettings  # noqa: E402
-from engine.tree import TokenTree, build_trie  # noqa: E402
+from engine.speculation.decoder import Decoder  # noqa: E402
+from engine.speculation.drafters import TreeDrafter  # noqa: E402
+from engine.io.prompts import encode_prompt  # noqa: E402
+from engine.session import open_runtime  # noqa: E402
+from engine.speculation.settings import DecodeSettings  # noqa: E402
+from engine.speculation.tree import TokenTree, build_trie  # noqa: E402
 
 
 class EvenTree(TreeDrafter):

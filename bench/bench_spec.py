@@ -43,11 +43,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import code_edit_prompts, median, record  # noqa: E402
 
-from engine.decoder import Decoder  # noqa: E402
-from engine.device import synchronize  # noqa: E402
-from engine.prompts import encode_prompt  # noqa: E402
-from engine.runtime import open_runtime  # noqa: E402
-from engine.settings import DecodeSettings  # noqa: E402
+from engine.speculation.decoder import Decoder  # noqa: E402
+from engine.model.device import synchronize  # noqa: E402
+from engine.io.prompts import encode_prompt  # noqa: E402
+from engine.session import open_runtime  # noqa: E402
+from engine.speculation.settings import DecodeSettings  # noqa: E402
 
 REPEAT = 1.3
 OURS: dict[str, dict[str, Any]] = {

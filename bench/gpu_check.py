@@ -22,11 +22,11 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from common import code_edit_prompts, record  # noqa: E402
 
-from engine.decoder import Decoder  # noqa: E402
-from engine.loading import load_model  # noqa: E402
-from engine.prompts import encode_prompt  # noqa: E402
-from engine.runtime import Runtime  # noqa: E402
-from engine.settings import DecodeSettings  # noqa: E402
+from engine.speculation.decoder import Decoder  # noqa: E402
+from engine.io.load import load_model  # noqa: E402
+from engine.io.prompts import encode_prompt  # noqa: E402
+from engine.model.runtime import Runtime  # noqa: E402
+from engine.speculation.settings import DecodeSettings  # noqa: E402
 
 
 def main() -> None:

@@ -40,11 +40,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import code_edit_prompts, specbench  # noqa: E402
 
-from engine.decoder import Decoder  # noqa: E402
-from engine.events import WindowEvent  # noqa: E402
-from engine.prompts import encode_prompt  # noqa: E402
-from engine.runtime import open_runtime  # noqa: E402
-from engine.settings import DecodeSettings  # noqa: E402
+from engine.speculation.decoder import Decoder  # noqa: E402
+from engine.speculation.events import WindowEvent  # noqa: E402
+from engine.io.prompts import encode_prompt  # noqa: E402
+from engine.session import open_runtime  # noqa: E402
+from engine.speculation.settings import DecodeSettings  # noqa: E402
 
 PENALTIES: dict[str, dict[str, float]] = {
     "off": {},

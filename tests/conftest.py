@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def loaded_model():
-    from engine.loading import load_model
+    from engine.io.load import load_model
     return load_model()
 
 
@@ -18,7 +18,7 @@ def tokenizer(loaded_model):
 
 @pytest.fixture(scope="session")
 def cpu_runtime(loaded_model):
-    from engine.runtime import Runtime
+    from engine.model.runtime import Runtime
     return Runtime(loaded_model, "cpu", "float32")
 
 
@@ -28,7 +28,7 @@ def hf_model():
     import torch
     from transformers import AutoModelForCausalLM
 
-    from engine.loading import default_model_path
+    from engine.io.load import default_model_path
     path = default_model_path()
     return AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()

@@ -15,25 +15,8 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
 
 OFFSCREEN_SHOT = "specscope-screenshot.png"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specscope", description="specscope's workbench window")
-    p.add_argument("--screenshot", metavar="FILE", help="run offscreen and save the window as PNG")
-    p.add_argument("--windows", type=int, default=20,
-                   help="windows to run before --screenshot (0: the whole run)")
-    p.add_argument("--model", default=None, help="a .gguf file or an HF folder (default: bundled)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--prompt-file", "--gui-prompt-file", dest="prompt_file",
-                   help=".txt: raw text; .json: chat messages")
-    p.add_argument("--replay", metavar="JSONL", help="open a recording instead of running a model")
-    p.add_argument("--no-probe", action="store_true",
-                   help="do not probe the card's verify cost when no saved profile exists")
-    return p
 
 
 def display_available(env: dict | None = None) -> bool:
@@ -46,8 +29,8 @@ def display_available(env: dict | None = None) -> bool:
     return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args, _unknown = build_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
+def main(args: argparse.Namespace) -> int:
+    """The window, from the options `specscope.cli` parsed (the one parser of the command)."""
     shot = args.screenshot
     windows = args.windows if args.windows and args.windows > 0 else None
     print_report = False
@@ -62,21 +45,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from engine.device import leave_a_core_for_the_ui
+    from engine.model.device import leave_a_core_for_the_ui
     from engine.errors import SpecscopeError
 
-    from . import engine_api, theme
-    from .window import MainWindow
-    from .worker import RuntimeSpec
+    from workbench import engine_api, theme
+    from workbench.window import MainWindow
+    from workbench.worker import RuntimeSpec
 
     leave_a_core_for_the_ui()
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "specscope"])
     app.setApplicationName("specscope")
     theme.apply_theme(app)
     prompt = None
-    if args.prompt_file:
+    if args.gui_prompt_file:
         try:
-            prompt = engine_api.read_prompt_file(args.prompt_file)
+            prompt = engine_api.read_prompt_file(args.gui_prompt_file)
         except SpecscopeError as e:
             print(f"specscope: error: {e}", file=sys.stderr)
             return 2

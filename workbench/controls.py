@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout
                                QLabel, QRadioButton, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from engine.errors import ParameterError
-from engine.settings import DRAFTERS, MATCH_RULES, DecodeSettings
+from engine.speculation.settings import DRAFTERS, MATCH_RULES, DecodeSettings
 
 
 def _fit(w: QWidget) -> QWidget:

@@ -9,7 +9,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import QFileDialog, QMenu, QToolButton
 
-from . import theme
+from workbench import theme
 
 # name -> label; the order of the export menu
 VIEWS = {"window": "Whole window", "tree": "Token tree", "roofline": "Roofline", "stats": "Stats",

@@ -29,7 +29,7 @@ def curve_from_profile(p: Any, label: str | None = None) -> Curve | None:
     if p is None:
         return None
     if isinstance(p, dict):
-        from engine.cost import CostProfile
+        from engine.cost.profile import CostProfile
         p = CostProfile.from_dict(p)
     fit = getattr(p, "fit", None)
     pts = [(float(r), float(ms)) for r, ms in (getattr(p, "points", ()) or ())]

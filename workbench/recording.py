@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SpecscopeError
-from engine.events import WindowEvent
+from engine.speculation.events import WindowEvent
 
-from .store import EventStore
+from workbench.store import EventStore
 
 FORMAT_VERSION = 1
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import WindowEvent
+from engine.speculation.events import WindowEvent
 
 
 def theory_tokens_per_pass(alpha: float, gamma: int) -> float:

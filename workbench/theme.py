@@ -11,7 +11,7 @@ from PySide6.QtGui import (QColor, QFont, QFontDatabase, QIcon, QPainter, QPaint
                            QPen, QPixmap, QPolygonF)
 from PySide6.QtWidgets import QApplication
 
-from engine.events import (ACCEPTED, BONUS, CORRECTION, FROM_DRAFT, NOT_REACHED, REJECTED, ROOT,
+from engine.speculation.events import (ACCEPTED, BONUS, CORRECTION, FROM_DRAFT, NOT_REACHED, REJECTED, ROOT,
                            TARGET)
 
 # surfaces

@@ -16,23 +16,23 @@ from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel, Q
                                QToolBar, QVBoxLayout, QWidget)
 
 from engine.errors import ParameterError, SpecscopeError
-from engine.events import ACCEPTED, REJECTED, WindowEvent
-from engine.settings import DecodeSettings
+from engine.speculation.events import ACCEPTED, REJECTED, WindowEvent
+from engine.speculation.settings import DecodeSettings
 
-from . import engine_api, export, theme
-from .controls import ControlsPanel
-from .frames import FramePacer
-from .pyside_fix import guard_singletons
-from .recording import load_recording, save_recording
-from .store import EventStore
-from .view_output import OutputDock
-from .view_penalty import PenaltyView
-from .view_roofline import RooflineView
-from .view_rows import VerifyRowsView
-from .view_stats import StatsView
-from .view_tree import TokenTreeView
-from .widgets import Banner, Timeline
-from .worker import RunRequest, RuntimeSpec, SessionWorker
+from workbench import engine_api, export, theme
+from workbench.controls import ControlsPanel
+from workbench.frames import FramePacer
+from workbench.pyside_fix import guard_singletons
+from workbench.recording import load_recording, save_recording
+from workbench.store import EventStore
+from workbench.views.output import OutputDock
+from workbench.views.penalty import PenaltyView
+from workbench.views.roofline import RooflineView
+from workbench.views.rows import VerifyRowsView
+from workbench.views.stats import StatsView
+from workbench.views.tree import TokenTreeView
+from workbench.widgets import Banner, Timeline
+from workbench.worker import RunRequest, RuntimeSpec, SessionWorker
 
 REDRAW_MS = 33               # at most ~30 frames a second
 PLOTS_HZ = 2                 # run-wide plots while streaming (they change slowly)

@@ -18,9 +18,9 @@ from typing import Any
 from PySide6.QtCore import QThread, Signal
 
 from engine.errors import ModelLoadError, ParameterError, SpecscopeError
-from engine.settings import DecodeSettings
+from engine.speculation.settings import DecodeSettings
 
-from . import engine_api
+from workbench import engine_api
 
 
 @dataclass(frozen=True)

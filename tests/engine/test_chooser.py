@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from engine.chooser import ArFloor, WindowChooser, _reproject
-from engine.cost import reference_profile
+from engine.cost.chooser import ArFloor, WindowChooser, _reproject
+from engine.cost.profile import reference_profile
 from engine.errors import ParameterError
-from engine.events import (BONUS, CORRECTION, FROM_DRAFT, TARGET, Provenance, WindowEvent,
+from engine.speculation.events import (BONUS, CORRECTION, FROM_DRAFT, TARGET, Provenance, WindowEvent,
                            WindowStats)
 
 RX = "rx9070xt-qwen3.5-9b"          # cheap rows: flat to ~24 rows

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.optimize import least_squares
 
-from engine.cost import (CostFit, CostProfile, _hinge, describe_fit, fit_points, format_break_even,
+from engine.cost.profile import (CostFit, CostProfile, _hinge, describe_fit, fit_points, format_break_even,
                          profile_from_points, reference_profile, reference_profiles, what_if,
                          windows_of)
 from engine.errors import ParameterError, SpecscopeError

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 import queue
 
-from engine.decoder import Decoder
-from engine.prompts import default_prompt, encode_prompt
-from engine.settings import DecodeSettings
+from engine.speculation.decoder import Decoder
+from engine.io.prompts import default_prompt, encode_prompt
+from engine.speculation.settings import DecodeSettings
 
 
 def test_switching_to_adaptive_mid_run_keeps_greedy_output(cpu_runtime, tmp_path, monkeypatch) -> None:

@@ -3,9 +3,9 @@ exact expected text. Cheap, and it catches a change anywhere from the loader to 
 
 from __future__ import annotations
 
-from engine.decoder import Decoder
-from engine.prompts import encode_prompt
-from engine.settings import DecodeSettings
+from engine.speculation.decoder import Decoder
+from engine.io.prompts import encode_prompt
+from engine.speculation.settings import DecodeSettings
 
 PROMPT = [{"role": "user", "content": "Write a Python function that returns the square of a number."}]
 EXPECTED = ("```python\ndef square_number(num):\n    return num ** 2\n```\n\nThis function uses the "

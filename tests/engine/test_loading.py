@@ -22,10 +22,10 @@ from gguf import GGMLQuantizationType as Q
 sys.path.insert(0, str(Path(__file__).parent))  # pytest runs with --import-mode=importlib
 from tiny_models import default_qtype, gguf_tensors, make_tiny_gguf, make_tiny_hf, tiny_model  # noqa: E402
 
-from engine.config import RopeScaling, expected_shapes
+from engine.model.config import RopeScaling, expected_shapes
 from engine.errors import ModelLoadError, SpecscopeError
-from engine.gguf_loader import dequantize, llama3_divisors, read_gguf
-from engine.loading import default_model_path, load_model
+from engine.io.gguf_file import dequantize, llama3_divisors, read_gguf
+from engine.io.load import default_model_path, load_model
 
 ARCHS = ("llama", "qwen2", "qwen3")
 HF_NAMES = {"q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.decoder import Decoder
-from engine.prompts import encode_prompt
-from engine.settings import DecodeSettings
+from engine.speculation.decoder import Decoder
+from engine.io.prompts import encode_prompt
+from engine.speculation.settings import DecodeSettings
 
 PENALTIES = {
     "off": {},

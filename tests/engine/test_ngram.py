@@ -12,16 +12,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.drafters import (MAX_SCAN, LookupDrafter, TreeDrafter, alternative_depth, make_drafter,
+from engine.speculation.drafters import (MAX_SCAN, LookupDrafter, TreeDrafter, alternative_depth, make_drafter,
                              tree_rows)
 from engine.errors import ParameterError
-from engine.gguf_loader import read_gguf
-from engine.loading import default_model_path
-from engine.ngram import NgramIndex
-from engine.sampling import SamplingConfig
-from engine.tokenizer import Tokenizer
-from engine.tree import TokenTree
-from engine.verify import verify_greedy
+from engine.io.gguf_file import read_gguf
+from engine.io.load import default_model_path
+from engine.speculation.ngram import NgramIndex
+from engine.speculation.sampling import SamplingConfig
+from engine.io.tokenizer import Tokenizer
+from engine.speculation.tree import TokenTree
+from engine.speculation.verify import verify_greedy
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "assets" / "workloads" / "code_edit_prompts.jsonl"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.decoder import Decoder
-from engine.prompts import encode_prompt
-from engine.settings import DecodeSettings
+from engine.speculation.decoder import Decoder
+from engine.io.prompts import encode_prompt
+from engine.speculation.settings import DecodeSettings
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,8 @@ def test_tiny_hf_folders_give_transformers_logits(arch: str, tmp_path) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from tiny_models import make_tiny_hf, tiny_model
 
-    from engine.loading import load_model
-    from engine.runtime import Runtime
+    from engine.io.load import load_model
+    from engine.model.runtime import Runtime
 
     folder = make_tiny_hf(arch, tmp_path / arch)
     ref_model = tiny_model(arch)

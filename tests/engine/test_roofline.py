@@ -1,4 +1,4 @@
-"""The roofline probe and `specscope roofline` (engine/roofline.py), timed on real CPU work.
+"""The roofline probe and `specscope roofline` (engine/cost/probe.py, specscope/roofline.py), timed on real CPU work.
 
 The timer is a real verify-shaped workload: one [rows, 2048] x [2048, 2048] float32 matmul,
 streaming 16 MB of "weights" per pass like a decode step does. Until the model runtime is
@@ -14,10 +14,11 @@ import time
 import pytest
 import torch
 
-from engine.cost import CostProfile
+from engine.cost.profile import CostProfile
 from engine.errors import ParameterError, SpecscopeError
-from engine.roofline import (MIN_REPEATS, ProbeProgress, add_roofline_args, find_profile, probe,
-                             probe_profile, profile_path, resolve_profile, run_roofline)
+from engine.cost.probe import (MIN_REPEATS, ProbeProgress, find_profile, probe, probe_profile,
+                               profile_path, resolve_profile)
+from specscope.roofline import add_roofline_args, run_roofline
 
 
 class MatmulTimer:

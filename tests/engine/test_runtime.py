@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.errors import ParameterError
-from engine.runtime import Runtime
+from engine.model.runtime import Runtime
 
 
 @pytest.fixture(scope="module")

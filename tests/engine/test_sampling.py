@@ -18,7 +18,7 @@ from transformers.generation.logits_process import (
 )
 
 from engine.errors import ParameterError
-from engine.sampling import (
+from engine.speculation.sampling import (
     Rng,
     SamplingConfig,
     inverse_cdf,
@@ -26,7 +26,7 @@ from engine.sampling import (
     penalize_rows,
     target_probs,
 )
-from engine.settings import DecodeSettings
+from engine.speculation.settings import DecodeSettings
 
 
 def reference_penalize(logits: torch.Tensor, history: list[int], cfg: SamplingConfig) -> torch.Tensor:

@@ -20,9 +20,9 @@ import pytest
 from tokenizers import pre_tokenizers
 
 from engine.errors import ParameterError
-from engine.gguf_loader import read_gguf
-from engine.loading import default_model_path
-from engine.tokenizer import Tokenizer
+from engine.io.gguf_file import read_gguf
+from engine.io.load import default_model_path
+from engine.io.tokenizer import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).parent))  # pytest runs with --import-mode=importlib
 from tiny_models import make_tiny_hf  # noqa: E402
@@ -189,7 +189,7 @@ def test_pretokenizer_patterns_match_transformers():
     """Our copies of llama.cpp's split patterns equal the ones transformers uses for the same names."""
     from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
 
-    from engine import tokenizer as t
+    from engine.io import tokenizer as t
 
     assert t._LLAMA3_SPLIT == GGUF_PRE_TOKENIZER_SPLITS["llama-bpe"]
     assert t._QWEN2_SPLIT == GGUF_PRE_TOKENIZER_SPLITS["qwen2"]

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.errors import ParameterError
-from engine.events import Provenance
-from engine.tree import TokenTree, build_trie
+from engine.speculation.events import Provenance
+from engine.speculation.tree import TokenTree, build_trie
 
 continuations = st.lists(st.lists(st.integers(0, 4), min_size=0, max_size=6), max_size=6)
 

@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 
-from engine.config import ModelConfig, expected_shapes
-from engine.model import Transformer
+from engine.model.config import ModelConfig, expected_shapes
+from engine.model.transformer import Transformer
 
 
 def random_model(arch: str, seed: int = 0) -> Transformer:

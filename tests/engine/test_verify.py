@@ -22,11 +22,11 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from engine import events
-from engine.events import Provenance
-from engine.sampling import Rng, SamplingConfig, target_probs
-from engine.tree import TokenTree, build_trie
-from engine.verify import (
+from engine.speculation import events
+from engine.speculation.events import Provenance
+from engine.speculation.sampling import Rng, SamplingConfig, target_probs
+from engine.speculation.tree import TokenTree, build_trie
+from engine.speculation.verify import (
     TreeRejection,
     row_histories,
     score_rows,

@@ -61,7 +61,7 @@ def tiny_tokenizer_files() -> tuple[str, dict]:
     from tokenizers import AddedToken, decoders, pre_tokenizers
     from tokenizers.models import BPE
 
-    from engine.tokenizer import BYTE_TO_CHAR
+    from engine.io.tokenizer import BYTE_TO_CHAR
 
     alphabet = [BYTE_TO_CHAR[b] for b in [9, 10, *range(32, 127)]]
     vocab = {t: i for i, t in enumerate(SPECIALS + alphabet)}

@@ -8,7 +8,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 
-from engine.settings import DecodeSettings  # noqa: E402
+from engine.speculation.settings import DecodeSettings  # noqa: E402
 
 # copy-heavy raw text: the n-gram drafter finds matches from the first window on
 PROMPT = ("def area(width, height):\n    return width * height\n\n\n"

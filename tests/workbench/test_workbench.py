@@ -13,10 +13,10 @@ import warnings
 import pytest
 
 from engine.errors import ParameterError
-from engine.events import ACCEPTED, BONUS, CORRECTION, TARGET
-from engine.settings import DecodeSettings
+from engine.speculation.events import ACCEPTED, BONUS, CORRECTION, TARGET
+from engine.speculation.settings import DecodeSettings
 
-from .conftest import PROMPT, SMALL
+from tests.workbench.conftest import PROMPT, SMALL
 
 TIMEOUT_MS = 120_000
 
@@ -49,14 +49,14 @@ def view_state(win) -> dict:
 
 def test_engine_imports_without_qt():
     code = ("import importlib, importlib.util, pkgutil, sys, engine\n"
-            "mods = [m.name for m in pkgutil.iter_modules(engine.__path__)]\n"
-            "for m in mods: importlib.import_module('engine.' + m)\n"
+            "mods = [m.name for m in pkgutil.walk_packages(engine.__path__, 'engine.') if 'triton' not in m.name]\n"
+            "for m in mods: importlib.import_module(m)\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('PySide6', 'shiboken6', 'pyqtgraph', 'workbench'))\n"
             "assert not bad, bad\n"
             "print(len(mods))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert int(out.stdout.strip()) >= 10        # every engine module was imported
+    assert int(out.stdout.strip()) >= 30        # every engine module was imported
 
 
 def test_display_detection():
@@ -312,7 +312,7 @@ def test_close_mid_run_stops_the_worker(qtbot, make_window):
 def test_screenshot_command(qtbot, cpu_spec, tmp_path, capsys):
     from PySide6.QtGui import QImage
 
-    from workbench.app import main
+    from specscope.cli import main
     prompt = tmp_path / "p.txt"
     prompt.write_text(PROMPT, encoding="utf-8")
     shot = tmp_path / "shot.png"

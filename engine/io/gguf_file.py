@@ -1,0 +1,461 @@
+"""GGUF files: a fast header reader, float32 dequantization, and the map to canonical weights.
+
+Why a header reader of our own: gguf.GGUFReader builds a numpy memmap view for every element of
+every metadata array, so the 49,152 tokens and 48,900 merges of the bundled SmolLM2 file take
+~2.1 s to parse on a 2-core CPU, while the whole start-to-first-token budget is 5 s. The format
+is small (ggml docs/gguf.md: magic, version, counts, key/value pairs, tensor infos, aligned data),
+so we read it with `struct` in ~0.1 s and use the `gguf` package for what it is good at: its type
+tables and its dequantizers. The torch fast paths below for F16/BF16/Q8_0/Q4_0/Q4_1 are
+bit-identical to gguf.quants.dequantize (tests/engine/test_loading.py checks every tensor of the
+real file) and ~6x faster; every other supported type goes through gguf.quants.dequantize.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf.quants import dequantize as gguf_dequantize
+
+from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling
+from engine.errors import ModelLoadError
+from engine.io.load import check_weight_shapes, one_torch_thread
+from engine.io.tokenizer import Tokenizer
+
+Q = GGMLQuantizationType
+# Tensor types we turn into float32: the first six by the torch code below, the rest by gguf.
+FAST_TYPES = (Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1)
+GGUF_TYPES = (Q.F64, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K)
+SUPPORTED_TYPES = frozenset(FAST_TYPES + GGUF_TYPES)
+
+_SCALAR_FORMATS = {
+    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
+}
+_NUMPY_DTYPES = {
+    GGUFValueType.UINT8: np.uint8, GGUFValueType.INT8: np.int8, GGUFValueType.UINT16: np.uint16,
+    GGUFValueType.INT16: np.int16, GGUFValueType.UINT32: np.uint32, GGUFValueType.INT32: np.int32,
+    GGUFValueType.FLOAT32: np.float32, GGUFValueType.BOOL: np.bool_, GGUFValueType.UINT64: np.uint64,
+    GGUFValueType.INT64: np.int64, GGUFValueType.FLOAT64: np.float64,
+}
+
+
+class _Corrupt(Exception):
+    """Raised inside the header parser; turned into one ModelLoadError at the boundary."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # torch order, outermost first (GGUF lists dims innermost first)
+    qtype: int              # a GGMLQuantizationType value (may be one gguf does not know)
+    offset: int             # absolute byte offset in the file
+    n_bytes: int            # -1 when the type is unknown
+
+
+@dataclass
+class GGUFFile:
+    path: Path
+    metadata: dict[str, Any]          # arrays as lists, strings as str
+    tensors: dict[str, TensorInfo]
+    data: np.ndarray                  # uint8 [file_size], the whole file (copy-on-write mmap)
+
+
+def read_gguf(path: Path) -> GGUFFile:
+    """Parse a GGUF file's header; tensor data stays mapped, not read."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            if size < 4:
+                raise ModelLoadError(f"{path} is not a GGUF file: it is only {size} bytes long. "
+                                     "Pass a .gguf model file or an HF model folder with --model.")
+            # ACCESS_COPY gives numpy a writable view, so torch.from_numpy needs no copy or warning.
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    except OSError as e:
+        raise ModelLoadError(f"cannot read {path}: {e.strerror or e}. Check the path and its permissions.") from e
+    if buf[:4] != b"GGUF":
+        raise ModelLoadError(
+            f"{path} is not a GGUF file (it starts with {bytes(buf[:4])!r}, not b'GGUF'). "
+            "Pass a .gguf model file or an HF model folder with --model."
+        )
+    try:
+        metadata, tensors = _parse_header(buf, size)
+    except (_Corrupt, struct.error, UnicodeDecodeError, ValueError, OverflowError, MemoryError) as e:
+        raise ModelLoadError(
+            f"{path} is a corrupt or truncated GGUF file ({e or type(e).__name__}). "
+            "Download it again or re-convert it with llama.cpp's convert_hf_to_gguf.py."
+        ) from e
+    return GGUFFile(path, metadata, tensors, np.frombuffer(buf, dtype=np.uint8))
+
+
+def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, TensorInfo]]:
+    unpack = struct.unpack_from
+    (version,) = unpack("<I", buf, 4)
+    if version not in (2, 3):
+        hint = " (a big-endian file?)" if struct.unpack_from(">I", buf, 4)[0] in (2, 3) else ""
+        raise _Corrupt(f"GGUF version {version}{hint} is not supported; specscope reads versions 2 and 3")
+    n_tensors, n_kv = unpack("<QQ", buf, 8)
+    pos = 24
+    # Every key/value pair and tensor info takes at least 9 bytes: garbage counts fail here, not in a loop.
+    if (n_tensors + n_kv) * 9 > size:
+        raise _Corrupt(f"header claims {n_tensors} tensors and {n_kv} metadata keys, more than the file holds")
+
+    def string(pos: int) -> tuple[str, int]:
+        (n,) = unpack("<Q", buf, pos)
+        end = pos + 8 + n
+        if end > size:
+            raise _Corrupt(f"a string at byte {pos} runs past the end of the file")
+        return buf[pos + 8:end].decode("utf-8", errors="replace"), end
+
+    def value(vtype: int, pos: int) -> tuple[Any, int]:
+        if vtype == GGUFValueType.STRING:
+            return string(pos)
+        if vtype == GGUFValueType.ARRAY:
+            etype, count = unpack("<IQ", buf, pos)
+            pos += 12
+            if etype == GGUFValueType.STRING:
+                if count * 8 > size - pos:
+                    raise _Corrupt(f"a string array at byte {pos} claims {count} items")
+                items = []
+                append = items.append
+                for _ in range(count):  # the hot loop: ~100k vocabulary strings
+                    (n,) = unpack("<Q", buf, pos)
+                    end = pos + 8 + n
+                    append(buf[pos + 8:end].decode("utf-8", errors="replace"))
+                    pos = end
+                if pos > size:
+                    raise _Corrupt("a string array runs past the end of the file")
+                return items, pos
+            if etype in _NUMPY_DTYPES:
+                dtype = np.dtype(_NUMPY_DTYPES[GGUFValueType(etype)])
+                if count * dtype.itemsize > size - pos:
+                    raise _Corrupt(f"an array at byte {pos} claims {count} items")
+                arr = np.frombuffer(buf, dtype=dtype.newbyteorder("<"), count=count, offset=pos)
+                return arr.tolist(), pos + count * dtype.itemsize
+            items = []  # arrays of arrays: rare, parsed slowly
+            for _ in range(count):
+                item, pos = value(etype, pos)
+                items.append(item)
+            return items, pos
+        try:
+            fmt = _SCALAR_FORMATS[GGUFValueType(vtype)]
+        except (ValueError, KeyError):
+            raise _Corrupt(f"unknown metadata value type {vtype} at byte {pos}") from None
+        v = unpack(fmt, buf, pos)[0]
+        if vtype == GGUFValueType.FLOAT32:
+            v = float(str(np.float32(v)))  # 1e-05 stays 1e-05, not 9.999999747378752e-06
+        return v, pos + struct.calcsize(fmt)
+
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key, pos = string(pos)
+        (vtype,) = unpack("<I", buf, pos)
+        metadata[key], pos = value(vtype, pos + 4)
+
+    infos = []
+    for _ in range(n_tensors):
+        name, pos = string(pos)
+        (n_dims,) = unpack("<I", buf, pos)
+        if n_dims > 8:
+            raise _Corrupt(f"tensor {name!r} claims {n_dims} dimensions")
+        dims = unpack(f"<{n_dims}Q", buf, pos + 4)
+        qtype, offset = unpack("<IQ", buf, pos + 4 + 8 * n_dims)
+        pos += 4 + 8 * n_dims + 12
+        infos.append((name, tuple(reversed(dims)), qtype, offset))
+
+    alignment = int(metadata.get("general.alignment", 32))
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise _Corrupt(f"general.alignment {alignment} is not a power of two")
+    data_start = -(-pos // alignment) * alignment
+    tensors = {}
+    for name, shape, qtype, offset in infos:
+        tensors[name] = TensorInfo(name, shape, qtype, data_start + offset, _n_bytes(shape, qtype))
+    return metadata, tensors
+
+
+def _n_bytes(shape: tuple[int, ...], qtype: int) -> int:
+    try:
+        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
+    except (ValueError, KeyError):
+        return -1
+    n = math.prod(shape)
+    if shape and shape[-1] % block:
+        raise _Corrupt(f"a row of {shape[-1]} values is not a whole number of {block}-value blocks")
+    return n // block * type_size
+
+
+def type_name(qtype: int) -> str:
+    try:
+        return GGMLQuantizationType(qtype).name
+    except ValueError:
+        return f"type {qtype}"
+
+
+def dequantize(gf: GGUFFile, info: TensorInfo) -> torch.Tensor:
+    """One tensor as float32 [info.shape], read from the mapped file."""
+    raw = gf.data[info.offset:info.offset + info.n_bytes]
+    rows = math.prod(info.shape[:-1])
+    raw = raw.reshape(rows, -1)  # uint8 [rows, bytes per row]
+    qtype = GGMLQuantizationType(info.qtype)
+    out = _FAST.get(qtype)
+    if out is not None:
+        t = out(torch.from_numpy(raw))
+    elif qtype == Q.F64:
+        t = torch.from_numpy(raw.view(np.float64).astype(np.float32))
+    else:
+        t = torch.from_numpy(gguf_dequantize(raw, qtype))
+    return t.reshape(info.shape)
+
+
+# Each takes uint8 [rows, bytes per row] and returns float32 [rows, values per row]. The
+# arithmetic mirrors gguf.quants operation for operation (mul then add, no fused multiply-add),
+# so the results are bit-identical.
+
+def _f32(b: torch.Tensor) -> torch.Tensor:
+    return b.view(torch.float32).clone()  # clone: do not hand out views of the file mapping
+
+
+def _f16(b: torch.Tensor) -> torch.Tensor:
+    return b.view(torch.float16).float()
+
+
+def _bf16(b: torch.Tensor) -> torch.Tensor:
+    return b.view(torch.bfloat16).float()
+
+
+def _q8_0(b: torch.Tensor) -> torch.Tensor:
+    # block: f16 scale d, 32 x int8 q; value = q * d
+    rows = b.shape[0]
+    b = b.reshape(-1, 34)
+    d = b[:, :2].contiguous().view(torch.float16).float()
+    return b[:, 2:].view(torch.int8).float().mul_(d).reshape(rows, -1)
+
+
+def _q4_0(b: torch.Tensor) -> torch.Tensor:
+    # block: f16 d, 16 bytes; low nibbles are values 0..15, high nibbles 16..31; value = d * (q - 8)
+    rows = b.shape[0]
+    b = b.reshape(-1, 18)
+    d = b[:, :2].contiguous().view(torch.float16).float()
+    qs = b[:, 2:]
+    out = torch.empty(b.shape[0], 32)
+    out[:, :16] = qs & 0x0F
+    out[:, 16:] = qs >> 4
+    return out.sub_(8).mul_(d).reshape(rows, -1)
+
+
+def _q4_1(b: torch.Tensor) -> torch.Tensor:
+    # block: f16 d, f16 m, 16 bytes of nibbles as in Q4_0; value = d * q + m
+    rows = b.shape[0]
+    b = b.reshape(-1, 20)
+    d = b[:, 0:2].contiguous().view(torch.float16).float()
+    m = b[:, 2:4].contiguous().view(torch.float16).float()
+    qs = b[:, 4:]
+    out = torch.empty(b.shape[0], 32)
+    out[:, :16] = qs & 0x0F
+    out[:, 16:] = qs >> 4
+    return out.mul_(d).add_(m).reshape(rows, -1)
+
+
+_FAST: dict[GGMLQuantizationType, Callable[[torch.Tensor], torch.Tensor]] = {
+    Q.F32: _f32, Q.F16: _f16, Q.BF16: _bf16, Q.Q8_0: _q8_0, Q.Q4_0: _q4_0, Q.Q4_1: _q4_1,
+}
+
+
+# ---------------------------------------------------------------- names and config
+
+_GLOBAL_NAMES = {"token_embd.weight": "embed", "output.weight": "lm_head", "output_norm.weight": "norm"}
+_LAYER_NAMES = {
+    "attn_norm.weight": "attn_norm",
+    "attn_q.weight": "q", "attn_k.weight": "k", "attn_v.weight": "v",
+    "attn_q.bias": "q_bias", "attn_k.bias": "k_bias", "attn_v.bias": "v_bias",
+    "attn_q_norm.weight": "q_norm", "attn_k_norm.weight": "k_norm",
+    "attn_output.weight": "o",
+    "ffn_norm.weight": "mlp_norm",
+    "ffn_gate.weight": "gate", "ffn_up.weight": "up", "ffn_down.weight": "down",
+}
+
+
+def gguf_name(canonical: str) -> str:
+    """'layers.3.q' -> 'blk.3.attn_q.weight': the inverse of canonical_name, for messages."""
+    for g, c in _GLOBAL_NAMES.items():
+        if c == canonical:
+            return g
+    _, i, short = canonical.split(".", 2)
+    return f"blk.{i}." + next(g for g, c in _LAYER_NAMES.items() if c == short)
+
+
+def canonical_name(gguf_name: str) -> str | None:
+    """'blk.3.attn_q.weight' -> 'layers.3.q'; None for tensors the model does not use."""
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    parts = gguf_name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_NAMES:
+        return f"layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+    return None
+
+
+def config_from_metadata(gf: GGUFFile, tokenizer: Tokenizer) -> ModelConfig:
+    md, path = gf.metadata, gf.path
+    arch = md.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ModelLoadError(
+            f"{path}: architecture {arch!r} is not supported; specscope runs {', '.join(ARCHITECTURES)} "
+            "models (Llama, SmolLM, Qwen2/2.5, Qwen3). Pick a GGUF of one of those."
+        )
+
+    def get(key: str, default: Any = None, required: bool = False) -> Any:
+        v = md.get(f"{arch}.{key}", default)
+        if required and v is None:
+            raise ModelLoadError(f"{path}: GGUF metadata lacks {arch}.{key}; the file is incomplete. "
+                                 "Re-convert it with a current llama.cpp.")
+        if v is not None and key != "rope.scaling.type" and not isinstance(v, (int, float)):
+            raise ModelLoadError(f"{path}: {arch}.{key} is {v!r}; specscope needs one number here "
+                                 "(per-layer values are not supported).")
+        return v
+
+    hidden = int(get("embedding_length", required=True))
+    n_heads = int(get("attention.head_count", required=True))
+    head_dim = int(get("attention.key_length") or hidden // n_heads)
+    if get("attention.value_length") not in (None, head_dim):
+        raise ModelLoadError(f"{path}: key and value head sizes differ; specscope does not run such models.")
+    rope_dims = get("rope.dimension_count")
+    if rope_dims not in (None, head_dim):
+        raise ModelLoadError(f"{path}: RoPE covers {rope_dims} of {head_dim} head dimensions; "
+                             "partial rotary embeddings are not supported.")
+    theta = float(get("rope.freq_base", 10000.0))
+    embd = gf.tensors.get("token_embd.weight")
+    vocab = get("vocab_size") or len(md.get("tokenizer.ggml.tokens", ())) or (embd.shape[0] if embd else 0)
+    try:
+        return ModelConfig(
+            arch=arch,
+            vocab_size=int(vocab),
+            hidden_size=hidden,
+            intermediate_size=int(get("feed_forward_length", required=True)),
+            n_layers=int(get("block_count", required=True)),
+            n_heads=n_heads,
+            n_kv_heads=int(get("attention.head_count_kv") or n_heads),
+            head_dim=head_dim,
+            rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+            rope_theta=theta,
+            rope_scaling=_rope_scaling(gf, arch, theta, head_dim),
+            max_context=int(get("context_length", 4096)),
+            tie_embeddings="output.weight" not in gf.tensors,
+            qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in gf.tensors,
+            qk_norm=arch == "qwen3" or "blk.0.attn_q_norm.weight" in gf.tensors,
+            bos_id=tokenizer.bos_id,
+            eos_ids=tokenizer.eos_ids,
+        )
+    except ValueError as e:
+        raise ModelLoadError(f"{path}: inconsistent model metadata: {e}") from e
+
+
+def _rope_scaling(gf: GGUFFile, arch: str, theta: float, head_dim: int) -> RopeScaling:
+    md = gf.metadata
+    kind = md.get(f"{arch}.rope.scaling.type", "none")
+    factor = float(md.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
+    original = int(md.get(f"{arch}.rope.scaling.original_context_length", 0) or 0)
+    if "rope_freqs.weight" in gf.tensors:
+        # Llama 3.1+: the converter stores the llama3 frequency divisors instead of their parameters.
+        return _llama3_from_freqs(gf, theta, head_dim, original)
+    if kind in ("none", None) or factor == 1.0:
+        return RopeScaling()
+    if kind in ("linear", "yarn"):
+        return RopeScaling(kind=kind, factor=factor, original_max_position=original or 8192)
+    raise ModelLoadError(f"{gf.path}: RoPE scaling {kind!r} is not supported (linear, yarn and llama3 are).")
+
+
+def llama3_divisors(s: RopeScaling, theta: float, head_dim: int) -> torch.Tensor:
+    """Per-frequency divisors of llama3 RoPE scaling, as llama.cpp's converter computes them."""
+    freqs = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    wavelen = 2 * math.pi / freqs
+    smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    mid = 1 / ((1 - smooth) / s.factor + smooth)
+    out = torch.where(wavelen < s.original_max_position / s.high_freq_factor, 1.0, mid)
+    return torch.where(wavelen > s.original_max_position / s.low_freq_factor, s.factor, out)
+
+
+def _llama3_from_freqs(gf: GGUFFile, theta: float, head_dim: int, original: int) -> RopeScaling:
+    info = gf.tensors["rope_freqs.weight"]
+    check_tensor_data(gf, info)
+    divisors = dequantize(gf, info).double()
+    if divisors.shape != (head_dim // 2,):
+        raise ModelLoadError(f"{gf.path}: rope_freqs.weight has shape {tuple(divisors.shape)}, "
+                             f"expected ({head_dim // 2},).")
+    if torch.all(divisors == 1):
+        return RopeScaling()
+    s = RopeScaling(kind="llama3", factor=float(divisors.max()), original_max_position=original or 8192)
+    if not torch.allclose(llama3_divisors(s, theta, head_dim), divisors, rtol=1e-4):
+        raise ModelLoadError(f"{gf.path}: rope_freqs.weight does not match llama3 RoPE scaling with "
+                             "low/high frequency factors 1 and 4; this RoPE variant is not supported.")
+    return s
+
+
+# ---------------------------------------------------------------- weights
+
+def check_tensor_data(gf: GGUFFile, info: TensorInfo) -> None:
+    if info.qtype not in SUPPORTED_TYPES:
+        raise ModelLoadError(
+            f"{gf.path}: tensor {info.name} is stored as {type_name(info.qtype)}, which specscope does not "
+            f"dequantize (supported: {', '.join(sorted(Q(t).name for t in SUPPORTED_TYPES))}). "
+            "Use a GGUF quantized to one of those, e.g. Q4_K_M, Q8_0 or F16."
+        )
+    size = gf.data.shape[0]
+    if info.offset + info.n_bytes > size:
+        raise ModelLoadError(
+            f"{gf.path} is truncated: tensor {info.name} needs bytes up to {info.offset + info.n_bytes:,} "
+            f"but the file has {size:,}. Download it again."
+        )
+
+
+def _unpermute(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's q/k permutation (convert_hf_to_gguf.py LlamaModel.permute).
+
+    The converter reorders each head's rows from HF's [first half | second half] ("rotate_half")
+    to interleaved pairs for ggml's RoPE: permute = reshape(h, 2, d/2, ...).swapaxes(1, 2).
+    The inverse is reshape(h, d/2, 2, ...).swapaxes(1, 2).  w: [h*d, in] or bias [h*d].
+    """
+    half = w.shape[0] // n_heads // 2
+    return w.reshape(n_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape).contiguous()
+
+
+def load_gguf(path: Path, progress: Callable[[str, float], None]
+              ) -> tuple[ModelConfig, dict[str, torch.Tensor], Tokenizer]:
+    progress("reading GGUF header", 0.0)
+    gf = read_gguf(path)
+    progress("building tokenizer", 0.05)
+    tokenizer = Tokenizer.from_gguf_fields(gf.metadata, source=str(path))
+    cfg = config_from_metadata(gf, tokenizer)
+
+    wanted: dict[str, TensorInfo] = {}
+    for name, info in gf.tensors.items():
+        canon = canonical_name(name)
+        if canon is not None:
+            wanted[canon] = info
+    check_weight_shapes(cfg, {k: v.shape for k, v in wanted.items()}, path, gguf_name)
+    for info in wanted.values():
+        check_tensor_data(gf, info)
+
+    weights: dict[str, torch.Tensor] = {}
+    names = [n for n in wanted if not (cfg.tie_embeddings and n == "lm_head")]
+    every = max(1, len(names) // 50)  # about 50 progress calls
+    with one_torch_thread():
+        for i, canon in enumerate(names):
+            if i % every == 0:
+                progress("dequantizing weights", 0.1 + 0.9 * i / len(names))
+            w = dequantize(gf, wanted[canon])
+            if cfg.arch == "llama" and canon.endswith((".q", ".q_bias")):
+                w = _unpermute(w, cfg.n_heads)
+            elif cfg.arch == "llama" and canon.endswith((".k", ".k_bias")):
+                w = _unpermute(w, cfg.n_kv_heads)
+            weights[canon] = w
+    progress("done", 1.0)
+    return cfg, weights, tokenizer

@@ -1,0 +1,193 @@
+"""Hugging Face model folders: config.json + model.safetensors (or a sharded index) + tokenizer files.
+
+Runs LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM checkpoints; their weights are
+already in the layout the model wants, so loading is renaming and casting to float32.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from safetensors import safe_open
+
+from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling
+from engine.errors import ModelLoadError
+from engine.io.load import check_weight_shapes, one_torch_thread
+from engine.io.tokenizer import Tokenizer
+
+_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+_ARCH_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+_GLOBAL_NAMES = {"model.embed_tokens.weight": "embed", "lm_head.weight": "lm_head", "model.norm.weight": "norm"}
+_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm",
+    "self_attn.q_proj.weight": "q", "self_attn.k_proj.weight": "k", "self_attn.v_proj.weight": "v",
+    "self_attn.q_proj.bias": "q_bias", "self_attn.k_proj.bias": "k_bias", "self_attn.v_proj.bias": "v_bias",
+    "self_attn.q_norm.weight": "q_norm", "self_attn.k_norm.weight": "k_norm",
+    "self_attn.o_proj.weight": "o",
+    "post_attention_layernorm.weight": "mlp_norm",
+    "mlp.gate_proj.weight": "gate", "mlp.up_proj.weight": "up", "mlp.down_proj.weight": "down",
+}
+
+
+def canonical_name(hf_name: str) -> str | None:
+    """'model.layers.3.self_attn.q_proj.weight' -> 'layers.3.q'; None for tensors we do not map."""
+    if hf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[hf_name]
+    parts = hf_name.split(".", 3)
+    if len(parts) == 4 and parts[:2] == ["model", "layers"] and parts[2].isdigit() and parts[3] in _LAYER_NAMES:
+        return f"layers.{parts[2]}.{_LAYER_NAMES[parts[3]]}"
+    return None
+
+
+def hf_name(canonical: str) -> str:
+    """Inverse of canonical_name, for messages."""
+    for h, c in _GLOBAL_NAMES.items():
+        if c == canonical:
+            return h
+    _, i, short = canonical.split(".", 2)
+    return f"model.layers.{i}." + next(h for h, c in _LAYER_NAMES.items() if c == short)
+
+
+def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig:
+    path = folder / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelLoadError(f"{path}: cannot read the model config ({e}).") from e
+    archs = raw.get("architectures") or []
+    arch = _MODEL_TYPES.get(raw.get("model_type")) or \
+        next((_ARCH_CLASSES[a] for a in archs if a in _ARCH_CLASSES), None)
+    if arch is None:
+        raise ModelLoadError(
+            f"{path}: model type {raw.get('model_type')!r} ({', '.join(archs) or 'no architectures'}) is not "
+            f"supported; specscope runs {', '.join(ARCHITECTURES)} models (LlamaForCausalLM, "
+            "Qwen2ForCausalLM, Qwen3ForCausalLM)."
+        )
+
+    def need(key: str) -> Any:
+        if raw.get(key) is None:
+            raise ModelLoadError(f"{path}: config.json lacks {key!r}; the folder is incomplete.")
+        return raw[key]
+
+    hidden, n_heads = int(need("hidden_size")), int(need("num_attention_heads"))
+    # transformers >= 5 writes rope_parameters {rope_theta, rope_type, ...}; older configs use
+    # rope_theta + rope_scaling {type|rope_type, factor, ...}.
+    rope = dict(raw.get("rope_scaling") or {})
+    rope.update(raw.get("rope_parameters") or {})
+    theta = float(rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
+    if raw.get("mlp_bias"):
+        raise ModelLoadError(f"{path}: mlp_bias=true is not supported.")
+    try:
+        return ModelConfig(
+            arch=arch,
+            vocab_size=int(need("vocab_size")),
+            hidden_size=hidden,
+            intermediate_size=int(need("intermediate_size")),
+            n_layers=int(need("num_hidden_layers")),
+            n_heads=n_heads,
+            n_kv_heads=int(raw.get("num_key_value_heads") or n_heads),
+            head_dim=int(raw.get("head_dim") or hidden // n_heads),
+            rms_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=theta,
+            rope_scaling=_rope_scaling(rope, path),
+            max_context=int(raw.get("max_position_embeddings", 4096)),
+            tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            qkv_bias=arch == "qwen2" or bool(raw.get("attention_bias", False)),
+            qk_norm=arch == "qwen3",
+            bos_id=tokenizer.bos_id if tokenizer else raw.get("bos_token_id"),
+            eos_ids=tokenizer.eos_ids if tokenizer else (),
+        )
+    except (ValueError, TypeError) as e:
+        raise ModelLoadError(f"{path}: inconsistent model config: {e}") from e
+
+
+def _rope_scaling(rope: dict, path: Path) -> RopeScaling:
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    if kind == "default":
+        return RopeScaling()
+    factor = float(rope.get("factor", 1.0))
+    original = int(rope.get("original_max_position_embeddings") or 8192)
+    if kind == "llama3":
+        return RopeScaling("llama3", factor, float(rope.get("low_freq_factor", 1.0)),
+                           float(rope.get("high_freq_factor", 4.0)), original)
+    if kind in ("linear", "yarn"):
+        return RopeScaling(kind, factor, original_max_position=original)
+    raise ModelLoadError(f"{path}: RoPE scaling {kind!r} is not supported (linear, llama3 and yarn are).")
+
+
+def _weight_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it."""
+    index = folder / "model.safetensors.index.json"
+    single = folder / "model.safetensors"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ModelLoadError(f"{index}: not a valid safetensors index ({e}).") from e
+        files = {name: folder / f for name, f in weight_map.items()}
+        for f in set(files.values()):
+            if not f.is_file():
+                raise ModelLoadError(f"{f} is missing (listed in {index.name}); download the whole model.")
+        return files
+    if single.is_file():
+        try:
+            with safe_open(single, framework="pt") as f:
+                return {name: single for name in f.keys()}
+        except Exception as e:  # safetensors raises SafetensorError / OSError for a bad header
+            raise ModelLoadError(f"{single}: not a readable safetensors file ({e}). Download it again.") from e
+    others = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pth"))
+    hint = f" (found {', '.join(others)}: convert them to safetensors)" if others else ""
+    raise ModelLoadError(f"{folder} has no model.safetensors or model.safetensors.index.json{hint}.")
+
+
+def load_hf_folder(folder: Path, progress: Callable[[str, float], None]
+                   ) -> tuple[ModelConfig, dict[str, torch.Tensor], Tokenizer]:
+    progress("reading config and tokenizer", 0.0)
+    tokenizer_json = folder / "tokenizer.json"
+    if not tokenizer_json.is_file():
+        raise ModelLoadError(f"{folder} has no tokenizer.json; download the model's tokenizer files too.")
+    tokenizer = Tokenizer.from_files(
+        tokenizer_json, folder / "tokenizer_config.json", generation_config_json=folder / "generation_config.json",
+        config_json=folder / "config.json", chat_template_jinja=folder / "chat_template.jinja",
+    )
+    cfg = read_config(folder, tokenizer)
+    files = _weight_files(folder)
+
+    by_canonical: dict[str, str] = {}
+    for name in files:
+        canon = canonical_name(name)
+        if canon is not None:
+            by_canonical[canon] = name
+        elif name.startswith("model.layers.") and name.endswith(".bias"):
+            raise ModelLoadError(f"{files[name]}: tensor {name} (a bias) is not supported by specscope's "
+                                 f"{cfg.arch} model; this variant cannot be run.")
+    if cfg.tie_embeddings:
+        by_canonical.pop("lm_head", None)
+
+    weights: dict[str, torch.Tensor] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    handles: dict[Path, Any] = {}
+    try:
+        for canon, name in by_canonical.items():
+            f = files[name]
+            if f not in handles:
+                handles[f] = safe_open(f, framework="pt")
+            shapes[canon] = tuple(handles[f].get_slice(name).get_shape())
+        check_weight_shapes(cfg, shapes, folder, hf_name)
+        every = max(1, len(by_canonical) // 50)
+        with one_torch_thread():
+            for i, (canon, name) in enumerate(by_canonical.items()):
+                if i % every == 0:
+                    progress("reading weights", 0.05 + 0.95 * i / len(by_canonical))
+                weights[canon] = handles[files[name]].get_tensor(name).to(torch.float32)
+    except ModelLoadError:
+        raise
+    except Exception as e:  # a truncated or corrupt shard
+        raise ModelLoadError(f"{folder}: cannot read the weights ({e}). Download the model again.") from e
+    finally:
+        handles.clear()
+    progress("done", 1.0)
+    return cfg, weights, tokenizer

@@ -1,0 +1,54 @@
+"""Prompts: raw text or chat messages, from the command line, a file or the bundled default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from engine.assets import ASSETS
+from engine.errors import ParameterError
+DEFAULT_PROMPT_FILE = ASSETS / "prompts" / "default.json"
+
+Prompt = str | list[dict[str, Any]]
+
+
+def read_prompt_file(path: str | Path) -> Prompt:
+    """`.txt`: raw text, no template. `.json`: a list of chat messages, or an object with a
+    `messages` list, rendered with the model's chat template."""
+    p = Path(path)
+    if not p.is_file():
+        raise ParameterError(f"prompt file {p} does not exist")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() != ".json":
+        if not text:
+            raise ParameterError(f"prompt file {p} is empty")
+        return text
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParameterError(f"prompt file {p} is not valid JSON: {e}") from None
+    messages = data.get("messages") if isinstance(data, dict) else data
+    if (not isinstance(messages, list) or not messages
+            or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages)):
+        raise ParameterError(
+            f"prompt file {p}: expected a list of chat messages ({{\"role\": ..., \"content\": ...}}) "
+            "or an object with a \"messages\" list"
+        )
+    return messages
+
+
+def default_prompt() -> Prompt:
+    return read_prompt_file(DEFAULT_PROMPT_FILE)
+
+
+def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
+    """Token ids for a prompt: chat messages go through the model's chat template."""
+    if isinstance(prompt, list):
+        text = tokenizer.render_chat(prompt, add_generation_prompt=True)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    else:
+        ids = tokenizer.encode(prompt, add_special_tokens=True)
+    if not ids:
+        raise ParameterError("the prompt is empty: give some text to continue")
+    return ids

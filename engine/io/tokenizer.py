@@ -1,0 +1,255 @@
+"""The model's tokenizer: byte-level BPE run by the `tokenizers` library.
+
+Two sources:
+  * a GGUF's metadata (tokenizer.ggml.*): we rebuild the BPE from the vocabulary and merges and
+    choose the pre-tokenizer llama.cpp uses for tokenizer.ggml.pre;
+  * an HF folder: tokenizer.json as is, plus tokenizer_config.json (chat template, bos/eos,
+    add_bos_token) and generation_config.json (eos ids).
+
+    tok = loaded.tokenizer
+    ids = tok.encode(tok.render_chat([{"role": "user", "content": "hi"}]), add_special_tokens=False)
+    tok.token_text(ids[-1])   # 'Ċ' shown as '\\n'; a lone UTF-8 lead byte as '<0xE2>'
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import tokenizers
+from tokenizers import AddedToken, Regex, decoders, pre_tokenizers
+from tokenizers.models import BPE
+
+from engine.io.chat import render_chat_template
+from engine.errors import ModelLoadError
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (the alphabet byte-level BPE vocabularies are spelled in)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+BYTE_TO_CHAR = _bytes_to_unicode()
+CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
+_BYTE_ALPHABET = frozenset(BYTE_TO_CHAR.values())
+
+
+def _hex_bytes(err: UnicodeDecodeError) -> tuple[str, int]:
+    # Bytes that are not (yet) a whole UTF-8 character are shown as <0xE2>, like llama.cpp's byte tokens.
+    return "".join(f"<0x{b:02X}>" for b in err.object[err.start:err.end]), err.end
+
+
+codecs.register_error("specscope_hex", _hex_bytes)
+
+# Split patterns of llama.cpp's pre-tokenizers (llama-vocab.cpp), by tokenizer.ggml.pre.
+_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_DIGITS_THEN_GPT2 = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva")
+_LLAMA3_FAMILY = ("llama-bpe", "llama3", "llama-v3", "falcon3", "smaug-bpe", "dbrx", "pixtral")
+_QWEN2_FAMILY = ("qwen2", "deepseek-r1-qwen", "megrez")
+
+# Control tokens llama.cpp also treats as end of generation, whatever eos_token_id says.
+_END_OF_GENERATION = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                      "<|eom_id|>", "<EOT>", "<|end_of_text|>", "<｜end▁of▁sentence｜>")
+
+
+def _pre_tokenizer(pre: str | None) -> tuple[Any, bool]:
+    """(pre-tokenizer, ignore_merges) matching llama.cpp for tokenizer.ggml.pre."""
+    if pre in _DIGITS_THEN_GPT2:
+        # llama.cpp splits off every digit (\p{N}) first, then applies GPT-2's pattern; this is
+        # also SmolLM2's own tokenizer.json (Digits(individual_digits) + ByteLevel).
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]), False
+    if pre in _LLAMA3_FAMILY:
+        split = _LLAMA3_SPLIT
+    elif pre in _QWEN2_FAMILY:
+        split = _QWEN2_SPLIT
+    else:  # "default", "gpt-2", unknown: GPT-2's own pattern
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), False
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), \
+        pre in _LLAMA3_FAMILY  # llama.cpp sets ignore_merges for Llama 3, as its tokenizer.json does
+
+
+class Tokenizer:
+    """Text <-> token ids for one model, plus its chat template."""
+
+    def __init__(self, backend: tokenizers.Tokenizer, *, bos_id: int | None, eos_ids: tuple[int, ...],
+                 add_bos: bool, chat_template: str | None, special_tokens: Mapping[str, str | None]):
+        self._backend = backend
+        self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
+        self.bos_id = bos_id
+        self.eos_ids = eos_ids
+        self.add_bos = add_bos
+        self.chat_template = chat_template
+        self.special_tokens = dict(special_tokens)  # bos_token, eos_token, ... for the template
+        added = backend.get_added_tokens_decoder()
+        self._added_text = {i: t.content for i, t in added.items()}
+        self.special_ids = frozenset(i for i, t in added.items() if t.special)
+        self._byte_level = "ByteLevel" in repr(backend.decoder)
+        self._texts: dict[int, str] = {}
+
+    @property
+    def backend(self) -> tokenizers.Tokenizer:
+        return self._backend
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids; special tokens written in the text (<|im_start|>) match whole. BOS only if add_bos."""
+        ids = self._backend.encode(text, add_special_tokens=False).ids
+        if add_special_tokens and self.add_bos and self.bos_id is not None:
+            ids.insert(0, self.bos_id)
+        return ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token_id: int) -> str:
+        """The text one token stands for, for display (cached: views call this per token)."""
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self._texts[token_id] = self._token_text(token_id)
+        return text
+
+    def _token_text(self, token_id: int) -> str:
+        if token_id in self._added_text:
+            return self._added_text[token_id]
+        piece = self._backend.id_to_token(token_id)
+        if piece is None:
+            return f"<id {token_id}>"  # an id past the vocabulary (models often pad their embedding)
+        if self._byte_level:
+            data = b"".join(bytes([CHAR_TO_BYTE[c]]) if c in CHAR_TO_BYTE else c.encode() for c in piece)
+        elif m := re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", piece):  # sentencepiece byte fallback
+            data = bytes([int(m.group(1), 16)])
+        else:
+            data = piece.replace("\u2581", " ").encode()
+        return data.decode("utf-8", errors="specscope_hex")
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The chat messages as the model's template formats them (identical to transformers)."""
+        return render_chat_template(self.chat_template, messages, add_generation_prompt=add_generation_prompt,
+                                    special_tokens=self.special_tokens)
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def from_gguf_fields(cls, md: Mapping[str, Any], source: str = "the GGUF file") -> Tokenizer:
+        """Build from GGUF metadata (tokenizer.ggml.* and tokenizer.chat_template)."""
+        kind = md.get("tokenizer.ggml.model")
+        tokens = md.get("tokenizer.ggml.tokens")
+        merges = md.get("tokenizer.ggml.merges")
+        if kind != "gpt2":
+            raise ModelLoadError(
+                f"{source}: tokenizer type {kind!r} is not supported from a GGUF (only byte-level BPE, 'gpt2', "
+                "as used by Llama 3, SmolLM and Qwen). Use the model's Hugging Face folder instead."
+            )
+        if not tokens or not merges:
+            raise ModelLoadError(f"{source}: the GGUF lacks tokenizer.ggml.tokens or tokenizer.ggml.merges; "
+                                 "re-convert it with a current llama.cpp.")
+        types = md.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+        # Tokens are stored in the byte alphabet ('Ġ' for a space); a few files spell some in plain
+        # UTF-8, which we respell as transformers does.
+        vocab = {}
+        for i, t in enumerate(tokens):
+            vocab[t if set(t) <= _BYTE_ALPHABET else "".join(BYTE_TO_CHAR[b] for b in t.encode())] = i
+        pre = md.get("tokenizer.ggml.pre")
+        pre_tokenizer, ignore_merges = _pre_tokenizer(pre)
+        pairs = [tuple(m.split(" ", 1)) for m in merges]
+        backend = tokenizers.Tokenizer(BPE(vocab, pairs, ignore_merges=ignore_merges, fuse_unk=False))
+        backend.pre_tokenizer = pre_tokenizer
+        backend.decoder = decoders.ByteLevel()
+        # token_type 3 = control (<|im_start|>), 4 = user defined (<think>): matched whole in text.
+        # A control token spelled outside the byte alphabet is a known llama.cpp mislabel; skipped
+        # (as transformers does) so the vocabulary does not grow past the embedding.
+        backend.add_special_tokens([AddedToken(t, normalized=False, special=True)
+                                    for t, k in zip(tokens, types) if k == 3 and set(t) <= _BYTE_ALPHABET])
+        backend.add_tokens([AddedToken(t, normalized=False, special=False)
+                            for t, k in zip(tokens, types) if k == 4 and t in vocab])
+
+        def token(key: str) -> str | None:
+            i = md.get(f"tokenizer.ggml.{key}")
+            return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
+
+        bos_id = md.get("tokenizer.ggml.bos_token_id")
+        eos = [md.get(f"tokenizer.ggml.{k}") for k in ("eos_token_id", "eot_token_id", "eom_token_id")]
+        eos += [i for i, (t, k) in enumerate(zip(tokens, types)) if k == 3 and t in _END_OF_GENERATION]
+        return cls(
+            backend,
+            bos_id=bos_id if isinstance(bos_id, int) else None,
+            eos_ids=tuple(dict.fromkeys(i for i in eos if isinstance(i, int) and 0 <= i < len(tokens))),
+            add_bos=bool(md.get("tokenizer.ggml.add_bos_token", False)),
+            chat_template=md.get("tokenizer.chat_template"),
+            special_tokens={"bos_token": token("bos_token_id"), "eos_token": token("eos_token_id"),
+                            "unk_token": token("unknown_token_id"), "pad_token": token("padding_token_id")},
+        )
+
+    @classmethod
+    def from_files(cls, tokenizer_json: str | Path, tokenizer_config_json: str | Path | None = None, *,
+                   generation_config_json: str | Path | None = None, config_json: str | Path | None = None,
+                   chat_template_jinja: str | Path | None = None) -> Tokenizer:
+        """Build from an HF folder's files (only tokenizer.json is required)."""
+        try:
+            backend = tokenizers.Tokenizer.from_file(str(tokenizer_json))
+        except Exception as e:  # tokenizers raises bare Exceptions for unreadable JSON
+            raise ModelLoadError(f"{tokenizer_json}: cannot read the tokenizer ({e}). "
+                                 "Download the model's tokenizer.json again.") from e
+        tcfg = _read_json(tokenizer_config_json)
+        gen = _read_json(generation_config_json)
+        mcfg = _read_json(config_json)
+
+        def content(v: Any) -> str | None:  # "<s>" or {"content": "<s>", ...}
+            return v.get("content") if isinstance(v, dict) else v if isinstance(v, str) else None
+
+        special = {k: content(tcfg.get(k)) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        bos_id = backend.token_to_id(special["bos_token"]) if special["bos_token"] else None
+        if bos_id is None and isinstance(mcfg.get("bos_token_id"), int):
+            bos_id = mcfg["bos_token_id"]
+        eos: list[Any] = [backend.token_to_id(special["eos_token"]) if special["eos_token"] else None]
+        for source in (gen, mcfg):
+            v = source.get("eos_token_id")
+            eos += v if isinstance(v, list) else [v]
+        vocab_size = backend.get_vocab_size(with_added_tokens=True)
+        added = backend.get_added_tokens_decoder()
+        eos += [i for i, t in added.items() if t.special and t.content in _END_OF_GENERATION]
+        add_bos = tcfg.get("add_bos_token")
+        if add_bos is None and bos_id is not None:  # no flag: does tokenizer.json's post-processor add it?
+            with_special = backend.encode("a", add_special_tokens=True).ids
+            add_bos = len(with_special) > len(backend.encode("a", add_special_tokens=False).ids) \
+                and with_special[0] == bos_id
+        template = tcfg.get("chat_template")
+        if chat_template_jinja is not None and Path(chat_template_jinja).is_file():
+            template = Path(chat_template_jinja).read_text(encoding="utf-8")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default") or next(iter(named.values()), None)
+        return cls(
+            backend,
+            bos_id=bos_id,
+            eos_ids=tuple(dict.fromkeys(i for i in eos if isinstance(i, int) and 0 <= i < vocab_size)),
+            add_bos=bool(add_bos),
+            chat_template=template if isinstance(template, str) else None,
+            special_tokens=special,
+        )
+
+
+def _read_json(path: str | Path | None) -> dict:
+    if path is None or not Path(path).is_file():
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelLoadError(f"{path}: not valid JSON ({e}). Download the file again.") from e
+    return data if isinstance(data, dict) else {}

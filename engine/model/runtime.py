@@ -1,0 +1,239 @@
+"""A loaded model on a device: prefill, one verify pass over a window of rows, timing.
+
+On CPU the forward runs eagerly with attention over exactly the committed prefix plus the
+window. On a GPU (CUDA or ROCm) each verify pass replays a captured graph: eager PyTorch spends
+~13 ms a pass on kernel launches for the bundled model on an H200, a graph 1.4-2.5 ms. Graphs are
+captured once per row-count bucket at a fixed cache capacity; a window pads its rows up to the
+bucket (padded rows write scratch slots past the window and are ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.model.cache import KVCache
+from engine.model.device import device_name, dtype_name, pick_device, pick_dtype, synchronize
+from engine.errors import ParameterError
+from engine.model.transformer import Transformer
+
+if TYPE_CHECKING:                   # the runtime is handed a loaded model; it never opens files
+    from engine.io.load import LoadedModel
+
+GRAPH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+PREFILL_CHUNK = 512
+TOPK = 5
+
+
+@dataclass
+class RowScores:
+    """What one verify pass returns to the host.
+
+    logits: [R, V] float32 on CPU, or None on the fast path (greedy, no penalties), where only
+    the top-k of each row travels: top_values / top_ids [R, TOPK].
+    """
+
+    logits: torch.Tensor | None
+    top_values: torch.Tensor
+    top_ids: torch.Tensor
+
+
+class _GraphBucket:
+    """One captured verify pass of `rows` rows at the runtime's cache capacity.
+
+    Host -> device traffic per pass is one packed long tensor: tokens [B], depths [B], the
+    committed length n [1] and the window's ancestor matrix [B*B]. Positions, cache slots and
+    the [B, C] attention mask are derived inside the graph, so a plain decode step copies 4 longs.
+    """
+
+    def __init__(self, rt: "Runtime", rows: int):
+        C, dev, B = rt.cache.capacity, rt.device, rows
+        self.rows = B
+        self.packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=dev)
+        # warm-up and capture runs write their keys at the very end of the cache, never over
+        # a committed prefix
+        self.packed[2 * B] = C - B
+        self.host = torch.zeros(2 * B + 1 + B * B, dtype=torch.long,
+                                pin_memory=dev.type == "cuda")
+        cols = torch.arange(C, device=dev)
+        ar = torch.arange(B, device=dev)
+
+        def run():
+            tokens = self.packed[:B]
+            depth = self.packed[B:2 * B]
+            n = self.packed[2 * B]
+            anc = self.packed[2 * B + 1:].view(B, B).bool()
+            rel = cols - n                                          # [C]
+            in_window = (rel >= 0) & (rel < B)
+            win = anc[:, rel.clamp(0, B - 1)] & in_window            # [B, C]
+            mask = (cols < n).unsqueeze(0) | win                     # [B, C]
+            logits = rt.forward_fn(tokens, n + depth, mask, rt.cache, n + ar)
+            top = logits.topk(TOPK, dim=-1)
+            return logits, top.values.float(), top.indices
+
+        self.run = run
+        self.graph = None
+        if dev.type != "cuda":      # CPU: the same bucket logic, run eagerly (tests use this)
+            return
+        s = torch.cuda.Stream(dev)
+        s.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                run()
+        torch.cuda.current_stream(dev).wait_stream(s)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=rt._pool):
+            self.logits, self.top_values, self.top_ids = run()
+
+    def replay(self, tokens: list[int], depth: list[int], anc: torch.Tensor, n: int) -> None:
+        B, R = self.rows, len(tokens)
+        h = self.host
+        h.zero_()
+        h[:R] = torch.tensor(tokens)
+        h[B:B + R] = torch.tensor(depth)
+        h[B + R:2 * B] = torch.arange(1, B - R + 1)     # padded rows: positions past the window
+        h[2 * B] = n
+        a = h[2 * B + 1:].view(B, B)
+        a[:R, :R] = anc
+        a[R:, R:] = torch.eye(B - R, dtype=torch.long)  # padded rows see only themselves
+        self.packed.copy_(h, non_blocking=True)
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.logits, self.top_values, self.top_ids = self.run()
+
+
+class Runtime:
+    def __init__(self, loaded: "LoadedModel", device: str = "auto", dtype: str = "auto",
+                 capacity: int | None = None, graphs: bool | None = None,
+                 compile: bool | None = None):
+        self.loaded = loaded
+        self.config = loaded.config
+        self.tokenizer = loaded.tokenizer
+        self.device = pick_device(device)
+        self.dtype = pick_dtype(dtype, self.device)
+        self.dtype_name = dtype_name(self.dtype)
+        self.device_name = device_name(self.device)
+        self.model_id = loaded.source.name
+        self.model = Transformer(self.config, loaded.weights, self.device, self.dtype)
+        self.use_graphs = (self.device.type == "cuda") if graphs is None else graphs
+        # torch.compile inside the graphs fuses the ~25 small kernels of each layer (GPU only;
+        # SPECSCOPE_COMPILE=1 opts in: the first compile costs tens of seconds, later runs hit
+        # inductor's on-disk cache)
+        if compile is None:
+            compile = os.environ.get("SPECSCOPE_COMPILE", "0") == "1"
+        self.compiled = bool(compile and self.use_graphs and self.device.type == "cuda")
+        self.forward_fn = (torch.compile(self.model.forward, dynamic=False)
+                           if self.compiled else self.model.forward)
+        self._pool = (torch.cuda.graph_pool_handle()
+                      if self.use_graphs and self.device.type == "cuda" else None)
+        self._buckets: dict[int, _GraphBucket] = {}
+        self.cache: KVCache = self.model.new_cache(capacity or min(self.config.max_context, 2048))
+
+    # -- cache management ---------------------------------------------------------------
+    def start(self, needed: int) -> KVCache:
+        """A fresh cache with room for `needed` tokens (prompt + new tokens + window rows)."""
+        if needed > self.config.max_context:
+            raise ParameterError(
+                f"the prompt plus --max-new-tokens needs {needed} tokens, more than the model's "
+                f"context of {self.config.max_context}: shorten the prompt or lower --max-new-tokens"
+            )
+        if needed > self.cache.capacity:
+            cap = min(self.config.max_context, 1 << (needed - 1).bit_length())
+            self.cache = self.model.new_cache(cap)
+            self._buckets.clear()      # graphs hold the old cache's addresses
+        self.cache.reset()
+        return self.cache
+
+    def warm_up(self) -> None:
+        """Capture every graph bucket now (GPU), so no window pays for a capture."""
+        if self.use_graphs and self.device.type == "cuda":
+            with torch.inference_mode():
+                for b in GRAPH_BUCKETS:
+                    if b <= self.cache.capacity // 2:
+                        self._bucket(b)
+
+    # -- passes ------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, ids: list[int]) -> None:
+        """Write `ids` into the cache as committed tokens (no logits needed)."""
+        cache = self.cache
+        for start in range(0, len(ids), PREFILL_CHUNK):
+            chunk = ids[start:start + PREFILL_CHUNK]
+            R, n = len(chunk), cache.length
+            t = torch.tensor(chunk, dtype=torch.long, device=self.device)
+            pos = torch.arange(n, n + R, device=self.device)
+            mask = torch.ones(R, n + R, dtype=torch.bool, device=self.device)
+            mask[:, n:] = torch.tril(mask[:, n:])
+            self.model.forward(t, pos, mask, cache, pos, last_only=True)
+            cache.length += R
+
+    @torch.inference_mode()
+    def verify(self, tokens: list[int], parents: list[int], need_logits: bool = True) -> RowScores:
+        """One forward pass over a window: row 0 is `tokens[0]` (the root, the last committed
+        token, not yet in the cache), row i its descendant whose parent row is parents[i]
+        (parents[0] = -1). Row i sits at position length + depth(i) and attends to the
+        committed prefix, itself and its ancestors."""
+        cache = self.cache
+        R, n = len(tokens), cache.length
+        depth = [0] * R
+        anc = torch.eye(R, dtype=torch.bool)
+        for i in range(1, R):
+            p = parents[i]
+            depth[i] = depth[p] + 1
+            anc[i] |= anc[p]
+        if self.use_graphs:
+            return self._verify_graph(tokens, depth, anc, need_logits)
+        if n + R > cache.capacity:
+            raise ParameterError("the window does not fit in the KV cache")
+        t = torch.tensor(tokens, dtype=torch.long, device=self.device)
+        pos = torch.tensor(depth, dtype=torch.long, device=self.device) + n
+        mask = torch.ones(R, n + R, dtype=torch.bool)
+        mask[:, n:] = anc
+        slots = torch.arange(n, n + R, device=self.device)
+        logits = self.model.forward(t, pos, mask.to(self.device), cache, slots)
+        top = logits.topk(TOPK, dim=-1)
+        return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
+
+    def _bucket(self, R: int) -> _GraphBucket:
+        b = next((b for b in GRAPH_BUCKETS if b >= R), None)
+        if b is None:
+            raise ParameterError(f"a window of {R} rows is more than the largest graph bucket "
+                                 f"({GRAPH_BUCKETS[-1]}): lower --depth or --width")
+        if b not in self._buckets:
+            self._buckets[b] = _GraphBucket(self, b)
+        return self._buckets[b]
+
+    def _verify_graph(self, tokens, depth, anc, need_logits) -> RowScores:
+        cache, R, n = self.cache, len(tokens), self.cache.length
+        g = self._bucket(R)
+        if n + g.rows > cache.capacity:
+            raise ParameterError("the window does not fit in the KV cache")
+        g.replay(tokens, depth, anc, n)
+        logits = g.logits[:R].float().cpu() if need_logits else None
+        return RowScores(logits, g.top_values[:R].cpu(), g.top_ids[:R].cpu())
+
+    # -- timing (the roofline probe) -----------------------------------------------------
+    def time_verify_pass(self, n_rows: int, context: int) -> float:
+        """Milliseconds of one verify pass of n_rows (a chain) at `context` committed tokens.
+        The cache contents do not matter for cost, only its length. The pass writes scratch
+        slots [context, context + n_rows) only and the committed length is restored, so a
+        probe at context >= the committed length is safe in the middle of a run."""
+        if context + n_rows > self.cache.capacity:
+            self.start(context + n_rows + 64)
+        saved = self.cache.length
+        self.cache.length = context
+        tokens = [1] * n_rows
+        parents = [-1] + list(range(n_rows - 1))
+        try:
+            synchronize(self.device)
+            t0 = time.perf_counter()
+            self.verify(tokens, parents, need_logits=False)
+            synchronize(self.device)
+            return (time.perf_counter() - t0) * 1e3
+        finally:
+            self.cache.length = saved

@@ -1,0 +1,181 @@
+"""Drafters: turn the n-gram index into a draft tree for the next verify pass.
+
+One contract (the proposer side of transformers' CandidateGenerator / vLLM's proposer): a
+drafter proposes a `TokenTree` rooted at the last committed token and is told the verdict
+afterwards. An empty tree means "no draft: decode one token normally".
+
+- `LookupDrafter`: prompt lookup decoding. One continuation of up to `depth` tokens copied from
+  one earlier occurrence of the longest matching suffix n-gram. Which occurrence is the match
+  rule: "recent" (llama.cpp's lookup: the most recent), "first" (transformers'
+  prompt_lookup_num_tokens: the first), "frequent" (the continuation that recurs most often;
+  ties go to the most recent).
+- `TreeDrafter`: the top `width` distinct continuations merged into a trie. Code is full of
+  near-duplicate lines (`self.a = a`, `self.b = b`, ...), so the same suffix is followed by
+  several plausible continuations; a linear drafter must bet on one, the tree checks several in
+  the same pass (seed 000: 3 matches x depth 8 = 24 rows + the root). Candidates come from every
+  n from n_max down to n_min, longer n-grams first (a longer match is more specific), then by
+  how often the continuation recurs, then by recency; a candidate equal to, or a prefix of, one
+  already taken adds no node and is skipped, so `width` counts branches that really differ.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from engine.errors import ParameterError
+from engine.speculation.events import Provenance
+from engine.speculation.ngram import NgramIndex
+from engine.speculation.settings import DRAFTERS, MATCH_RULES
+from engine.speculation.tree import TokenTree, build_trie
+
+if TYPE_CHECKING:
+    from engine.speculation.verify import VerifyOutcome
+
+# Ranking scans at most this many of the most recent occurrences of one n-gram: a 1-gram such
+# as "\n" can occur hundreds of times in a 4k context, and old occurrences add little.
+MAX_SCAN = 256
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    name: str
+
+    def propose(self, index: NgramIndex, root: int, depth: int, width: int,
+                budget_rows: int) -> TokenTree:
+        """A draft tree rooted at `root` (the last committed token, index.tokens[-1]) with at
+        most `budget_rows` rows including the root; the empty tree means no draft."""
+        ...
+
+    def observe(self, outcome: "VerifyOutcome") -> None:
+        """The verdict on the last proposal."""
+        ...
+
+
+def rank_continuations(index: NgramIndex, positions: list[int], length: int,
+                       max_scan: int = MAX_SCAN) -> list[tuple[tuple[int, ...], int, int]]:
+    """Distinct continuations of up to `length` tokens starting at `positions`, best first.
+
+    Returns (continuation, count, most recent start) sorted by count, then recency. A
+    continuation cut short by the end of the stream is its own (shorter) entry.
+    """
+    toks = index.tokens
+    counts: Counter[tuple[int, ...]] = Counter()
+    latest: dict[tuple[int, ...], int] = {}
+    for p in positions[-max_scan:]:
+        cont = tuple(toks[p:p + length])
+        counts[cont] += 1
+        latest[cont] = p   # positions ascend, so the last write is the most recent
+    return sorted(((c, n, latest[c]) for c, n in counts.items()),
+                  key=lambda e: (e[1], e[2]), reverse=True)
+
+
+class LookupDrafter:
+    """Prompt lookup: one continuation from one match of the longest suffix n-gram."""
+
+    def __init__(self, match: str = "recent") -> None:
+        if match not in MATCH_RULES:
+            raise ParameterError(f"match rule must be one of {', '.join(MATCH_RULES)}, got {match!r}")
+        self.match = match
+        self.name = "lookup"
+        self.windows = 0
+        self.accepted_tokens = 0
+
+    def propose(self, index: NgramIndex, root: int, depth: int, width: int,
+                budget_rows: int) -> TokenTree:
+        length = min(depth, budget_rows - 1)
+        n, hits = index.lookup()
+        if not hits or length < 1:
+            return TokenTree.empty(root)
+        ranked = rank_continuations(index, hits, length)
+        if self.match == "frequent":
+            cont, count, pos = ranked[0]
+        else:
+            pos = hits[-1] if self.match == "recent" else hits[0]
+            cont = tuple(index.continuation(pos, length))
+            # occurrences outside the scanned (most recent) ones are not counted
+            count = next((c for t, c, _ in ranked if t == cont), 1)
+        prov = Provenance(match=0, position=pos, source="lookup", count=count)
+        return build_trie(root, [(cont, prov)], budget_rows)
+
+    def observe(self, outcome: "VerifyOutcome") -> None:
+        self.windows += 1
+        self.accepted_tokens += len(outcome.accepted)
+
+
+class TreeDrafter:
+    """The top `width` distinct continuations as one trie: the best-ranked one up to `depth`
+    tokens (the spine), each alternative up to max(2, depth // 4).
+
+    Why this shape: these continuations are copies, so once the first tokens of a branch are
+    accepted the rest usually is too; an alternative earns its rows where the best match fails
+    in its first few tokens, and rarely deeper. Measured at a 25-row budget on the code-edit
+    prompts (BENCHMARKS.md): spine 16 + 4 + 4 gave 3.77 tokens per pass, three even branches of
+    8 gave 3.44, one linear branch of 24 gave 3.42.
+    """
+
+    def __init__(self) -> None:
+        self.name = "tree"
+        self._last: TokenTree | None = None
+        # how often the accepted path ended in a node of each match rank (0 = best ranked):
+        # the views show whether the lower-ranked branches earn their rows
+        self.accepted_by_rank: Counter[int] = Counter()
+
+    def candidates(self, index: NgramIndex, length: int,
+                   width: int) -> list[tuple[tuple[int, ...], Provenance]]:
+        """The ranked continuations the trie is built from (at most `width`)."""
+        chosen: list[tuple[tuple[int, ...], Provenance]] = []
+        for n in range(index.n_max, index.n_min - 1, -1):
+            hits = index.matches(n)
+            if not hits:
+                continue
+            for cont, count, pos in rank_continuations(index, hits, length):
+                # equal to, or a prefix of, a chosen continuation: the trie has it already
+                if any(c[:len(cont)] == cont for c, _ in chosen):
+                    continue
+                chosen.append((cont, Provenance(match=len(chosen), position=pos,
+                                                source="tree", count=count)))
+                if len(chosen) == width:
+                    return chosen
+        return chosen
+
+    def propose(self, index: NgramIndex, root: int, depth: int, width: int,
+                budget_rows: int) -> TokenTree:
+        length = min(depth, budget_rows - 1)
+        if length < 1 or width < 1:
+            tree = TokenTree.empty(root)
+        else:
+            cands = self.candidates(index, length, width)
+            alt = min(length, alternative_depth(length))
+            cands = cands[:1] + [(cont[:alt], prov) for cont, prov in cands[1:]]
+            tree = build_trie(root, cands, budget_rows)
+        self._last = tree
+        return tree
+
+    def observe(self, outcome: "VerifyOutcome") -> None:
+        if self._last is not None and outcome.accepted:
+            self.accepted_by_rank[self._last.provenance[outcome.accepted[-1]].match] += 1
+
+
+def alternative_depth(depth: int) -> int:
+    """How deep the tree drafter's alternatives to its best branch go."""
+    return max(2, depth // 4)
+
+
+def tree_rows(depth: int, width: int) -> int:
+    """Verify rows of a full tree of this depth and width, root included."""
+    return 1 + depth + (width - 1) * min(depth, alternative_depth(depth))
+
+
+def make_drafter(name: str, match: str = "recent") -> Drafter | None:
+    """The drafter for `--draft name` ("none" -> None: plain decoding). The tree ranks by
+    recurrence, so `match` only applies to the lookup drafter."""
+    if name not in DRAFTERS:
+        raise ParameterError(f"drafter must be one of {', '.join(DRAFTERS)}, got {name!r}")
+    if name == "none":
+        return None
+    if name == "lookup":
+        return LookupDrafter(match)
+    if match not in MATCH_RULES:
+        raise ParameterError(f"match rule must be one of {', '.join(MATCH_RULES)}, got {match!r}")
+    return TreeDrafter()

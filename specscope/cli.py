@@ -1,0 +1,185 @@
+"""`specscope` command line: the workbench (no subcommand), generate, roofline, bench.
+
+Errors a user can fix (engine.errors.SpecscopeError) print one line and exit 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from engine.errors import SpecscopeError
+from engine.speculation.settings import DRAFTERS, MATCH_RULES, DecodeSettings
+from specscope.bench import add_bench_args
+from specscope.progress import Progress
+from specscope.roofline import add_roofline_args, run_roofline
+
+
+COMMON_DEFAULTS = {"model": None, "device": "auto", "dtype": "auto", "weights": "auto"}
+
+
+def add_model_args(p: argparse.ArgumentParser, top: bool = True) -> None:
+    """--model/--device/--dtype/--weights. They are accepted before or after the subcommand; on a
+    subcommand they default to SUPPRESS, so a value given before it is never overwritten."""
+    def dflt(key):
+        return COMMON_DEFAULTS[key] if top else argparse.SUPPRESS
+    p.add_argument("--model", default=dflt("model"),
+                   help="a .gguf file or an HF folder (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default=dflt("device"), choices=["auto", "cpu", "cuda"],
+                   help="auto: the GPU torch sees (CUDA or ROCm), else the CPU")
+    p.add_argument("--dtype", default=dflt("dtype"), choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto: float32 on CPU, bfloat16 on GPU")
+    p.add_argument("--weights", default=dflt("weights"), choices=["auto", "packed", "dequantized"],
+                   help="quantized GGUF weights: packed (kept as in the file, computed on the fly) or "
+                        "dequantized to --dtype at load; auto: packed on a GPU")
+
+
+def add_decode_args(p: argparse.ArgumentParser) -> None:
+    d = DecodeSettings()
+    g = p.add_argument_group("prompt")
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="raw text to continue (no chat template)")
+    src.add_argument("--prompt-file", help=".txt: raw text; .json: chat messages (chat template)")
+    g = p.add_argument_group("drafting")
+    g.add_argument("--draft", default=d.draft, choices=DRAFTERS)
+    g.add_argument("--depth", type=int, default=d.depth, help="draft tokens per branch")
+    g.add_argument("--width", type=int, default=d.width, help="branches of the tree drafter")
+    g.add_argument("--ngram-min", type=int, default=d.ngram_min)
+    g.add_argument("--ngram-max", type=int, default=d.ngram_max)
+    g.add_argument("--match", default=d.match, choices=MATCH_RULES,
+                   help="which earlier occurrence the lookup drafter copies")
+    g.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=d.adaptive,
+                   help="price every window on the device's cost profile and pick depth/width")
+    g.add_argument("--ar-floor", action=argparse.BooleanOptionalAction, default=d.ar_floor,
+                   help="retire to plain decoding when speculation is not cheaper")
+    g = p.add_argument_group("sampling")
+    g.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    g.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=d.top_k)
+    g.add_argument("--top-p", type=float, default=d.top_p)
+    g.add_argument("--min-p", type=float, default=d.min_p)
+    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty)
+    g.add_argument("--presence-penalty", type=float, default=d.presence_penalty)
+    g.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty)
+    g.add_argument("--penalty-window", type=int, default=d.penalty_window)
+
+
+def settings_from_args(a: argparse.Namespace) -> DecodeSettings:
+    return DecodeSettings(
+        draft=a.draft, depth=a.depth, width=a.width, ngram_min=a.ngram_min,
+        ngram_max=a.ngram_max, match=a.match, adaptive=a.adaptive, ar_floor=a.ar_floor,
+        temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, seed=a.seed,
+        repeat_penalty=a.repeat_penalty, presence_penalty=a.presence_penalty,
+        frequency_penalty=a.frequency_penalty, penalty_window=a.penalty_window,
+        max_new_tokens=a.max_new_tokens,
+    )
+
+
+def prompt_from_args(a: argparse.Namespace):
+    from engine.io.prompts import default_prompt, read_prompt_file
+    if a.prompt is not None:
+        return a.prompt
+    path = a.prompt_file or getattr(a, "gui_prompt_file", None)   # before or after `generate`
+    if path:
+        return read_prompt_file(path)
+    return default_prompt()
+
+
+def cmd_generate(a: argparse.Namespace) -> int:
+    settings = settings_from_args(a)          # validate before the slow load
+    prompt = prompt_from_args(a)
+    from engine.speculation.decoder import Decoder
+    from engine.io.prompts import encode_prompt
+    from engine.session import open_runtime
+
+    quiet = a.json
+    rt = open_runtime(a.model, a.device, a.dtype, progress=None if quiet else Progress())
+    ids = encode_prompt(rt.tokenizer, prompt)
+    dec = Decoder(rt, ids, settings, detail=False)
+    if not quiet:
+        dec.progress = Progress()     # a first --adaptive run probes the device
+    if quiet:
+        report = dec.run()
+        print(json.dumps(report, ensure_ascii=False))
+        return 0
+    shown = ""
+    for _ in dec.windows():
+        text = rt.tokenizer.decode(dec.new_tokens, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):        # wait for the rest of a split UTF-8 character
+            sys.stdout.write(text[len(shown):])
+            sys.stdout.flush()
+            shown = text
+    report = dec.report()
+    print()
+    summary = {k: report[k] for k in ("new_tokens", "windows", "tokens_per_pass", "tok_s",
+                                      "wall_s", "load_s", "finish_reason", "device", "dtype")}
+    print(json.dumps(summary), file=sys.stderr)
+    return 0
+
+
+def cmd_roofline(a: argparse.Namespace) -> int:
+    from engine.session import open_runtime
+    return run_roofline(a, lambda: open_runtime(a.model, a.device, a.dtype,
+                                                 progress=Progress()))
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from specscope.bench import run_bench
+    return run_bench(a)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """One parser for the window (no subcommand) and every subcommand."""
+    p = argparse.ArgumentParser(
+        prog="specscope",
+        description="A workbench for speculative decoding. With no subcommand, opens the window.",
+    )
+    w = p.add_argument_group("the window (no subcommand)")
+    w.add_argument("--screenshot", metavar="FILE", help="run offscreen, save the window as PNG")
+    w.add_argument("--windows", type=int, default=20,
+                   help="windows to run before --screenshot (0: the whole run)")
+    w.add_argument("--replay", metavar="JSONL", help="open a recording instead of a model")
+    w.add_argument("--prompt-file", "--gui-prompt-file", dest="gui_prompt_file",
+                   help="prompt for the window: .txt raw text; .json chat messages")
+    w.add_argument("--no-probe", action="store_true",
+                   help="do not probe the card's verify cost when no saved profile exists")
+    add_model_args(p)
+    sub = p.add_subparsers(dest="command")
+    g = sub.add_parser("generate", help="headless run; prints text, or one JSON report with --json")
+    add_model_args(g, top=False)
+    add_decode_args(g)
+    g.add_argument("--json", action="store_true", help="print one JSON report")
+    g.set_defaults(func=cmd_generate)
+    r = sub.add_parser("roofline", help="measure verify cost vs rows; write a device profile")
+    add_model_args(r, top=False)
+    add_roofline_args(r)
+    r.set_defaults(func=cmd_roofline)
+    b = sub.add_parser("bench", help="ours and peers side by side")
+    add_model_args(b, top=False)
+    add_bench_args(b)
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        if a.command is None:
+            from workbench.app import main as gui_main   # Qt only here, never in the engine
+            return gui_main(a)
+        return a.func(a)
+    except SpecscopeError as e:
+        print(f"specscope: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specscope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The command line: bad input gives one clear line on stderr and a non-zero exit (no
+traceback); `generate --json` prints one report with every field DESIGN.md names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+REPORT_FIELDS = ("text", "tokens", "new_tokens", "windows", "forward_passes", "proposed_draft_tokens",
+                 "accepted_draft_tokens", "tokens_per_pass", "accept_rate_by_depth", "tok_s", "wall_s",
+                 "load_s", "device", "dtype", "model", "config")
+
+
+def specscope(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specscope.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_generate_json_report_has_every_field() -> None:
+    r = specscope("generate", "--device", "cpu", "--draft", "tree", "--max-new-tokens", "12",
+                  "--prompt", "def add(a, b):\n    return a + b\n\ndef add(a, b):\n", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    for field in REPORT_FIELDS:
+        assert field in report, field
+    assert report["new_tokens"] == len(report["tokens"]) <= 12
+    assert report["config"]["draft"] == "tree"
+    assert report["dtype"] == "float32" and report["device"].startswith("CPU")
+    assert report["tok_s"] == pytest.approx(report["new_tokens"] / report["wall_s"], rel=0.01)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0"),
+    (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    (["--top-p", "0"], "--top-p must be in (0, 1]"),
+    (["--min-p", "1"], "--min-p must be in [0, 1)"),
+    (["--top-k", "-3"], "--top-k must be an integer >= 0"),
+    (["--repeat-penalty", "0"], "--repeat-penalty must be a finite number > 0"),
+    (["--penalty-window", "0"], "--penalty-window must be an integer >= 1"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["--depth", "0"], "--depth must be between 1 and 64"),
+    (["--ngram-min", "5", "--ngram-max", "2"], "--ngram-min"),
+    (["--model", "/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
+    (["--prompt-file", "/nonexistent/prompt.json"], "/nonexistent/prompt.json"),
+])
+def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:
+    r = specscope("generate", "--device", "cpu", "--max-new-tokens", "4", *args)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("specscope: error:")]
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_bad_prompt_file_and_overlong_prompt(tmp_path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"messages": "not a list"}')
+    r = specscope("generate", "--device", "cpu", "--prompt-file", str(bad))
+    assert r.returncode == 2 and "expected a list of chat messages" in r.stderr
+    long = tmp_path / "long.txt"
+    long.write_text("token " * 9000)      # more than the model's 8192-token context
+    r = specscope("generate", "--device", "cpu", "--prompt-file", str(long), "--max-new-tokens", "4")
+    assert r.returncode == 2 and "context" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_roofline_command_writes_a_valid_profile(tmp_path) -> None:
+    from engine.cost.profile import CostProfile
+    out = tmp_path / "profile.json"
+    r = specscope("roofline", "--device", "cpu", "--rows", "1,2,4", "--repeats", "2",
+                  "--context", "128", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    prof = CostProfile.load(out)
+    assert sorted(p[0] for p in prof.points) == [1, 2, 4]
+    assert prof.dtype == "float32" and prof.model.endswith(".gguf")
+    assert all(ms > 0 for _, ms in prof.points)
+    assert "break-even" in r.stdout

@@ -1,0 +1,212 @@
+"""Roofline: verify-pass cost against rows on the attached card, with the live windows on top.
+
+Drawn: the probe's points and fit for this card (accent), the knee where extra rows stop being
+nearly free, reference cards to toggle, every window so far as a point (rows used, window ms;
+green when it emitted its tokens faster than plain decoding would have, red when slower), and the
+break-even line: the cost at which a window emitting the run's average tokens per pass only ties
+AR (tokens per pass × the one-row cost). Windows under it pay; where the fit crosses it is the
+most rows a window can afford at this acceptance.
+
+Curves are rebuilt only when a profile or an overlay changes; a new window only feeds setData.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMenu, QSizePolicy, QToolButton, QVBoxLayout,
+                               QWidget)
+
+from workbench import theme
+from workbench.profiles import Curve, curve_from_profile
+from workbench.store import EventStore
+
+ROWS_GRID = np.unique(np.round(np.logspace(0, math.log10(512), 160)).astype(int))
+TICKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class RooflineView(QWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.card: Curve | None = None
+        self.references: list[Curve] = []
+        self._shown_refs: set[str] = set()
+        self.normalize = QCheckBox("÷ one-row cost")
+        self.normalize.setToolTip("Divide every curve by its own one-row cost, so cards of very "
+                                  "different speed compare by shape (the knee)")
+        self.normalize.toggled.connect(lambda _: self._rebuild_curves())
+        self.refs_button = QToolButton()
+        self.refs_button.setText("Reference cards ▾")
+        self.refs_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.refs_menu = QMenu(self)
+        self.refs_button.setMenu(self.refs_menu)
+        self.info = QLabel("")
+        self.info.setObjectName("muted")
+        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        top = QHBoxLayout()
+        top.addWidget(self.info, 1)
+        top.addWidget(self.refs_button)
+        top.addWidget(self.normalize)
+        self.plot_widget = pg.PlotWidget()
+        self.plot = self.plot_widget.getPlotItem()
+        theme.style_plot(self.plot, "", left="ms per pass", bottom="verify rows")
+        # rows on a log2 axis, drawn by hand: pyqtgraph's log ticks read 2·10¹
+        self.plot.getAxis("bottom").setTicks([[(math.log2(r), str(r)) for r in TICKS]])
+        self.plot.hideButtons()
+        self.plot.getAxis("left").setWidth(58)      # fixed: no relayout when the scale changes
+        self.legend = QLabel("")
+        self.legend.setObjectName("muted")
+        self.legend.setWordWrap(True)
+        self.legend.setFixedHeight(2 * self.legend.fontMetrics().lineSpacing() + 2)   # no plot resize
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 6, 8, 6)
+        lay.setSpacing(4)
+        lay.addLayout(top)
+        lay.addWidget(self.plot_widget, 1)
+        lay.addWidget(self.legend)
+        # live items, created once
+        self._good = pg.ScatterPlotItem(size=6, pen=None, brush=pg.mkBrush(theme.GREEN + "b0"))
+        self._bad = pg.ScatterPlotItem(size=6, pen=None, brush=pg.mkBrush(theme.RED + "b0"))
+        self._plain = pg.ScatterPlotItem(size=6, pen=None, brush=pg.mkBrush(theme.ACCENT + "b0"))
+        self._current = pg.ScatterPlotItem(size=13, brush=None, pen=pg.mkPen(theme.TEXT, width=2))
+        self._breakeven = pg.InfiniteLine(angle=0, pen=pg.mkPen(theme.AMBER, width=1.5, style=Qt.PenStyle.DashLine),
+                                          label="", labelOpts={"color": theme.AMBER, "position": 0.03,
+                                                               "anchors": [(0, 1), (0, 1)]})
+        for it in (self._good, self._bad, self._plain, self._current, self._breakeven):
+            it.setZValue(10)
+            self.plot.addItem(it)
+        self._breakeven.hide()
+        self._curve_items: list = []
+        self._store: EventStore | None = None
+        self._upto = -1
+        self.state: dict = {}
+        self.set_references([])
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def set_card_profile(self, profile) -> None:
+        self.card = curve_from_profile(profile, label="this card (probe)")
+        self._rebuild_curves()
+
+    def set_references(self, profiles: list) -> None:
+        self.references = [c for c in (curve_from_profile(p) for p in profiles) if c is not None]
+        self.refs_menu.clear()
+        for c in self.references:
+            act = self.refs_menu.addAction(c.label)
+            act.setCheckable(True)
+            act.setChecked(c.label in self._shown_refs)
+            act.toggled.connect(lambda on, label=c.label: self.toggle_reference(label, on))
+        self.refs_button.setEnabled(bool(self.references))
+        self._rebuild_curves()
+
+    def toggle_reference(self, label: str, on: bool) -> None:
+        (self._shown_refs.add if on else self._shown_refs.discard)(label)
+        self._rebuild_curves()
+
+    def show_upto(self, store: EventStore | None, upto: int) -> None:
+        self._store, self._upto = store, upto
+        self._update_live()
+
+    # ---- drawing ------------------------------------------------------------------------------
+    def ar_ms(self) -> float | None:
+        if self.card is not None:
+            return self.card.one_row_ms()
+        if self._store is not None and self._upto >= 0:
+            return self._store.observed_ar_ms(self._upto)
+        return None
+
+    def _curves(self) -> list[tuple[Curve, str]]:
+        curves = [(self.card, theme.ACCENT)] if self.card else []
+        shown = [c for c in self.references if c.label in self._shown_refs]
+        return curves + [(c, theme.OVERLAY_COLORS[i % len(theme.OVERLAY_COLORS)]) for i, c in enumerate(shown)]
+
+    def _rebuild_curves(self) -> None:
+        for it in self._curve_items:
+            self.plot.removeItem(it)
+        self._curve_items = []
+        norm = self.normalize.isChecked()
+        for c, color in self._curves():
+            k = 1.0 / c.one_row_ms() if norm else 1.0
+            xs = ROWS_GRID[ROWS_GRID <= c.max_rows]
+            ys = np.array([c.ms(int(x)) for x in xs]) * k
+            items = [pg.PlotDataItem(np.log2(xs), ys, pen=pg.mkPen(color, width=2))]
+            if c.points:
+                px = np.array([r for r, _ in c.points])
+                py = np.array([m for _, m in c.points]) * k
+                items.append(pg.ScatterPlotItem(np.log2(px), py, size=6, brush=pg.mkBrush(theme.PANEL),
+                                                pen=pg.mkPen(color, width=1.5)))
+            if c.knee:
+                items.append(pg.InfiniteLine(pos=math.log2(c.knee), angle=90,
+                                             pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
+                                             label=f"knee {c.knee:.0f}",
+                                             labelOpts={"color": color, "position": 0.06}))  # low: the break-even label sits high
+            for it in items:
+                self.plot.addItem(it)
+            self._curve_items += items
+        self._update_live()
+
+    def _update_live(self) -> None:
+        norm = self.normalize.isChecked()
+        ar = self.ar_ms()
+        st = self._store
+        n_pts, tpp = 0, None
+        empty = np.zeros(0)
+        good = bad = plain = (empty, empty)
+        cur = (empty, empty)
+        if st is not None and self._upto >= 0:
+            ser = st.series(self._upto)
+            rows = np.array(ser["rows"], dtype=float)
+            wms = np.array(ser["window_ms"], dtype=float)
+            ntok = np.array(ser["window_tokens"], dtype=float)
+            n_pts = len(rows)
+            k = 1.0 / ar if norm and ar else 1.0
+            if n_pts:
+                # jitter rows a little so windows of the same size do not hide each other
+                x = np.log2(rows) + 0.04 * np.sin(np.arange(n_pts) * 2.39996)
+                y = wms * k
+                if ar:
+                    win = wms < ntok * ar
+                    good, bad = (x[win], y[win]), (x[~win], y[~win])
+                else:
+                    plain = (x, y)
+                cur = (x[-1:], y[-1:])
+                tpp = float(ntok.sum() / n_pts)
+        self._good.setData(*good)
+        self._bad.setData(*bad)
+        self._plain.setData(*plain)
+        self._current.setData(*cur)
+        if ar and tpp:
+            self._breakeven.setPos(tpp * ar * (1.0 / ar if norm else 1.0))
+            self._breakeven.label.setFormat(f"break-even: {tpp:.2f} tok/pass × {ar:.2f} ms")
+            self._breakeven.show()
+        else:
+            self._breakeven.hide()
+        self._describe(ar, n_pts, tpp)
+
+    def _describe(self, ar: float | None, n_pts: int, tpp: float | None) -> None:
+        parts = []
+        if self.card is not None:
+            parts.append(f"1 row {self.card.one_row_ms():.2f} ms")
+            if self.card.knee:
+                parts.append(f"knee ≈ {self.card.knee:.0f} rows")
+        else:
+            parts.append("no probe of this card yet")
+        if ar:
+            parts.append(f"AR ≈ {1000.0 / ar:.0f} tok/s")
+        self.info.setText(" · ".join(parts))
+        curves = self._curves()
+        keys = [f"<span style='color:{color}'>—</span> {'this card' if c is self.card else c.label}"
+                for c, color in curves]
+        keys.append(f"<span style='color:{theme.GREEN}'>●</span>/<span style='color:{theme.RED}'>●</span> "
+                    "windows faster / slower than AR" if ar else
+                    f"<span style='color:{theme.ACCENT}'>●</span> windows")
+        if ar and n_pts:
+            keys.append(f"<span style='color:{theme.AMBER}'>- -</span> break-even")
+        self.legend.setText(" &nbsp; ".join(keys))
+        self.plot.setLabel("left", f"<span style='color:{theme.MUTED}'>"
+                                   f"{'× one-row cost' if self.normalize.isChecked() else 'ms per pass'}</span>")
+        self.state = {"points": n_pts, "ar_ms": ar, "tokens_per_pass": tpp,
+                      "card": self.card.label if self.card else None,
+                      "references": sorted(self._shown_refs)}

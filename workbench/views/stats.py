@@ -1,0 +1,226 @@
+"""Run statistics: throughput against plain decoding, tokens per pass, acceptance by depth.
+
+Acceptance by depth is compared with the i.i.d. model of Leviathan et al. (2023): with each draft
+accepted with probability α, depth d is reached with probability α^d and a window of γ drafts
+emits (1 − α^(γ+1)) / (1 − α) tokens on average. α is fitted to the run (maximum likelihood
+over every window's run of accepts and its first reject).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from engine.speculation.events import BONUS, CORRECTION, TARGET
+
+from workbench import theme
+from workbench.store import EventStore
+
+FLOOR_COLOR = {"off": theme.MUTED, "probing": theme.AMBER, "speculating": theme.GREEN,
+               "retired": theme.BLUE}
+
+
+def _title(text: str, *keys: tuple[str, str, str]) -> str:
+    items = " ".join(f"<span style='color:{c}'>{m}</span>&nbsp;{label}" for c, m, label in keys)
+    return (f"<span style='color:{theme.TEXT};font-size:9pt;font-weight:bold'>{text}</span>"
+            f"&nbsp;&nbsp;<span style='color:{theme.MUTED};font-size:8pt'>{items}</span>")
+
+
+def _depth_setting(ev) -> int:
+    """The draft depth the run asked for (a window near the token limit drafts less)."""
+    return int((ev.settings or {}).get("depth", ev.depth))
+
+
+def _shrinkable(label) -> None:
+    """A pyqtgraph LabelItem re-imposes its text width as minimum on every resize; a long title
+    should be clipped instead of widening the whole dock."""
+    base = label.updateMin
+
+    def update_min() -> None:
+        base()
+        label.setMinimumWidth(0)
+    label.updateMin = update_min
+    update_min()
+
+
+class StatsView(QWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.headline = QLabel("")
+        self.headline.setTextFormat(Qt.TextFormat.RichText)
+        self.headline.setWordWrap(True)
+        # a fixed two-line height: text growing by a line must not resize (and so re-lay-out and
+        # repaint) all four plots below it
+        self.headline.setFixedHeight(2 * self.headline.fontMetrics().lineSpacing() + 4)
+        self.floor = QLabel("")
+        self.floor.setObjectName("chip")
+        top = QHBoxLayout()
+        top.addWidget(self.headline, 1)
+        top.addWidget(self.floor)
+        self.glw = pg.GraphicsLayoutWidget()
+        self.glw.ci.setSpacing(10)
+        self.p_tps = self.glw.addPlot(row=0, col=0)
+        self.p_pass = self.glw.addPlot(row=0, col=1)
+        self.p_depth = self.glw.addPlot(row=1, col=0)
+        self.p_gamma = self.glw.addPlot(row=1, col=1)
+        # legends live in the titles: inside plots this small they would cover the data
+        theme.style_plot(self.p_tps, "", "tok/s", "seconds")
+        theme.style_plot(self.p_pass, "", "tokens", "window")
+        theme.style_plot(self.p_depth, "", "P(path reaches d)", "draft depth d")
+        theme.style_plot(self.p_gamma, "", "tokens / pass", "draft depth γ")
+        self.p_tps.setTitle(_title("throughput", (theme.ACCENT, "—", "run"), (theme.AMBER, "- -", "AR")))
+        self.p_pass.setTitle(_title("tokens per window"))
+        self.p_pass.setToolTip("each bar: accepted drafts (green) plus the target's own token "
+                               "(amber bonus, blue correction); white line: running mean")
+        self.p_depth.setTitle(_title("acceptance by depth", (theme.GREEN, "●", "run"),
+                                     (theme.MUTED, "- -", "α<sup>d</sup>")))
+        self.p_gamma.setTitle(_title("tokens / pass vs γ", (theme.GREEN, "●", "run"),
+                                     (theme.MUTED, "- -", "theory")))
+        self.p_gamma.setToolTip("expected tokens per pass if drafts stopped at depth γ: measured "
+                                "1 + Σ P(path reaches d ≤ γ), theory (1 − α^(γ+1)) / (1 − α)")
+
+        for p in (self.p_tps, self.p_pass, self.p_depth, self.p_gamma):
+            _shrinkable(p.titleLabel)
+            # fixed axis sizes: a tick label growing by a digit must not relayout the plots
+            # (a relayout regenerates every axis and costs a frame tens of ms)
+            p.getAxis("left").setWidth(52)
+            p.getAxis("bottom").setHeight(36)
+            p.hideButtons()
+            p.setMenuEnabled(False)
+        # curves are created once and fed with setData (pyqtgraph's fast path)
+        self.c_tps = self.p_tps.plot([], [], pen=pg.mkPen(theme.ACCENT, width=2))
+        self.c_tps_win = self.p_tps.plot([], [], pen=None, symbol="o", symbolSize=3,
+                                         symbolBrush=theme.ACCENT + "50", symbolPen=None)
+        self.c_ar = self.p_tps.plot([], [], pen=pg.mkPen(theme.AMBER, width=1.5, style=Qt.PenStyle.DashLine))
+        # one bar item per color: per-bar brushes defeat pyqtgraph's drawing cache
+        self.b_acc = pg.BarGraphItem(x=[], height=[], width=0.8, brush=theme.GREEN, pen=None)
+        self.b_extra = {k: pg.BarGraphItem(x=[], y0=[], height=[], width=0.8, pen=None,
+                                           brush=theme.OUTCOME_COLOR.get(k, theme.TEXT))
+                        for k in (BONUS, CORRECTION, TARGET)}
+        self.p_pass.addItem(self.b_acc)
+        for b in self.b_extra.values():
+            self.p_pass.addItem(b)
+        self.c_mean = self.p_pass.plot([], [], pen=pg.mkPen(theme.TEXT, width=1.5))
+        self.c_reach = self.p_depth.plot([], [], pen=pg.mkPen(theme.GREEN, width=2), symbol="o",
+                                         symbolSize=6, symbolBrush=theme.GREEN, symbolPen=None)
+        self.c_alpha = self.p_depth.plot([], [], pen=pg.mkPen(theme.MUTED, width=1.5, style=Qt.PenStyle.DashLine),
+                                        )
+        self.c_meas_g = self.p_gamma.plot([], [], pen=pg.mkPen(theme.GREEN, width=2), symbol="o",
+                                          symbolSize=6, symbolBrush=theme.GREEN, symbolPen=None)
+        self.c_theo_g = self.p_gamma.plot([], [], pen=pg.mkPen(theme.MUTED, width=1.5, style=Qt.PenStyle.DashLine),
+                                         )
+        self.m_gamma = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.ACCENT, width=1, style=Qt.PenStyle.DotLine))
+        self.p_gamma.addItem(self.m_gamma)
+        self.m_window = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.TEXT + "80", width=1))
+        self.p_pass.addItem(self.m_window)
+        self.p_depth.setYRange(0, 1.05, padding=0)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 6, 8, 6)
+        lay.setSpacing(4)
+        lay.addLayout(top)
+        lay.addWidget(self.glw, 1)
+        self.ar_ms: float | None = None
+        self.state: dict = {}
+        self.show_upto(None, -1)
+
+    def set_ar_ms(self, ms: float | None) -> None:
+        self.ar_ms = ms
+
+    def show_upto(self, store: EventStore | None, upto: int, part: str = "all") -> None:
+        """Draw the run through window `upto`. `part` "top" (throughput, tokens per window) or
+        "bottom" (acceptance by depth) redraws half, so a live frame repaints two plots, not four."""
+        if store is None or upto < 0 or not len(store):
+            if getattr(self, "_empty", False):
+                return                  # already showing the empty state: no repaint
+            for c in (self.c_tps, self.c_tps_win, self.c_ar, self.c_mean, self.c_reach, self.c_alpha,
+                      self.c_meas_g, self.c_theo_g):
+                c.setData([], [])
+            self.b_acc.setOpts(x=[], height=[])
+            for b in self.b_extra.values():
+                b.setOpts(x=[], y0=[], height=[])
+            self.m_window.hide()
+            self.m_gamma.hide()
+            for p, xr, yr in ((self.p_tps, (0, 10), (0, 10)), (self.p_pass, (0, 20), (0, 4)),
+                              (self.p_depth, (1, 8), (0, 1.05)), (self.p_gamma, (0, 8), (1, 4))):
+                p.setXRange(*xr, padding=0.02)
+                p.setYRange(*yr, padding=0.02)
+            self._empty = True
+            self.headline.setText(f"<span style='color:{theme.MUTED}'>no windows yet</span>")
+            self.floor.setText("AR floor: off")
+            self.state = {}
+            return
+        if getattr(self, "_empty", False):
+            for p in (self.p_tps, self.p_pass, self.p_gamma):
+                p.enableAutoRange()
+            self.p_depth.enableAutoRange(x=True, y=False)
+            self._empty = False
+        ev = store[upto]
+        acc = store.acceptance(upto)
+        ar_ms = self.ar_ms or store.observed_ar_ms(upto)
+        ar_tps = 1000.0 / ar_ms if ar_ms else None
+        if part in ("all", "top"):
+            self._draw_top(store, upto, ev, ar_tps)
+        if part in ("all", "bottom"):
+            self._draw_bottom(ev, acc)
+        self._describe(ev, acc, ar_tps, upto)
+
+    def _draw_top(self, store: EventStore, upto: int, ev, ar_tps: float | None) -> None:
+        ser = store.series(upto)
+        # throughput
+        t = np.array(ser["elapsed_s"])
+        self.c_tps.setData(t, np.array(ser["tok_s"]))
+        self.c_tps_win.setData(t, np.array(ser["window_tok_s"]))
+        self.c_ar.setData([0, max(t[-1], 1e-3)] if ar_tps else [], [ar_tps, ar_tps] if ar_tps else [])
+        # tokens per pass: accepted drafts (green) plus the target's own token on top
+        idx = np.array(ser["index"], dtype=float)
+        evs = store.events[: upto + 1]
+        per = np.array(ser["window_tokens"], dtype=float)
+        kinds = np.array([e.emitted_kinds[-1] if e.emitted_kinds else TARGET for e in evs])
+        drafted = np.array([sum(1 for k in e.emitted_kinds if k not in (BONUS, CORRECTION, TARGET))
+                            for e in evs], dtype=float)
+        self.b_acc.setOpts(x=idx, height=drafted)
+        for k, bar in self.b_extra.items():
+            m = kinds == k
+            bar.setOpts(x=idx[m], y0=drafted[m], height=(per - drafted)[m])
+        self.c_mean.setData(idx, np.cumsum(per) / np.arange(1, len(per) + 1))
+        self.m_window.setPos(ev.index)
+        self.m_window.show()
+
+    def _draw_bottom(self, ev, acc) -> None:
+        """Acceptance by depth against the i.i.d. model."""
+        if acc.depths:
+            d = np.array(acc.depths, dtype=float)
+            self.c_reach.setData(d, np.array(acc.reach))
+            self.c_alpha.setData(d, (acc.alpha or 0.0) ** d)
+            g = np.arange(len(acc.measured_tokens), dtype=float)
+            self.c_meas_g.setData(g, np.array(acc.measured_tokens))
+            self.c_theo_g.setData(g, np.array(acc.theory_tokens) if acc.theory_tokens else [])
+            if not acc.theory_tokens:
+                self.c_theo_g.setData([], [])
+            self.m_gamma.setPos(min(_depth_setting(ev), len(g) - 1))
+            self.m_gamma.show()
+        else:
+            for c in (self.c_reach, self.c_alpha, self.c_meas_g, self.c_theo_g):
+                c.setData([], [])
+            self.m_gamma.hide()
+
+    def _describe(self, ev, acc, ar_tps: float | None, upto: int) -> None:
+        st = ev.stats
+        speed = (f" · <b style='color:{theme.GREEN if st.tok_s >= ar_tps else theme.RED}'>"
+                 f"{st.tok_s / ar_tps:.2f}× AR</b> ({ar_tps:.1f} tok/s)") if ar_tps and st.tok_s else ""
+        alpha = ""
+        if acc.alpha is not None and acc.theory_tokens:
+            g = min(_depth_setting(ev), len(acc.theory_tokens) - 1)
+            alpha = (f" · α = {acc.alpha:.2f}: (1−α<sup>γ+1</sup>)/(1−α) = {acc.theory_tokens[g]:.2f} "
+                     f"at γ = {g}")
+        self.headline.setText(
+            f"<b>{st.tok_s:.1f} tok/s</b>{speed} · <b>{st.tokens_per_pass:.2f}</b> tokens/pass "
+            f"({st.new_tokens} in {st.forward_passes}){alpha}")
+        state = st.ar_floor or "off"
+        self.floor.setText(f"AR floor: {state}")
+        self.floor.setStyleSheet(f"color: {FLOOR_COLOR.get(state, theme.TEXT)};"
+                                 f"border-color: {FLOOR_COLOR.get(state, theme.BORDER)};")
+        self.state = {"windows": upto + 1, "alpha": acc.alpha, "reach": acc.reach,
+                      "ar_tok_s": ar_tps, "tok_s": st.tok_s, "ar_floor": state}

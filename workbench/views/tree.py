@@ -1,0 +1,341 @@
+"""The token tree of one window: root (the last committed token) on the left, drafts to the right.
+
+Each branch reads left to right like the text it proposes. Children are ordered accepted first,
+then by match rank, and a parent sits on the line of its first child, so the accepted path is one
+straight line along the top. The token the target added after the path (bonus or correction) is
+drawn as a dashed node at the end of it.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem,
+                               QGraphicsView, QLabel, QSizePolicy, QVBoxLayout, QWidget)
+
+from engine.speculation.events import (ACCEPTED, BONUS, CORRECTION, NOT_REACHED, REJECTED, ROOT, TARGET,
+                           WindowEvent)
+
+from workbench import theme
+from workbench.tokens import fmt_prob, visible
+
+NODE_H = 26.0
+ROW_GAP = 10.0
+COL_GAP = 34.0
+PAD_X = 9.0
+LABEL_LIMIT = 18
+EXTRA = "extra"          # the bonus / correction / target token, not a draft node
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What the view shows for one node (read by tests and by replays)."""
+
+    node: int            # draft node index; -1 root; -2 the emitted extra token
+    label: str
+    role: str            # ROOT | ACCEPTED | REJECTED | NOT_REACHED | BONUS | CORRECTION | TARGET
+    color: str
+    on_path: bool
+
+
+def node_roles(ev: WindowEvent) -> list[str]:
+    """Outcome of every draft node: from the verify rows, else from the accepted path alone."""
+    on_path = set(ev.accepted_path)
+    roles = []
+    for i in range(len(ev.tokens)):
+        r = i + 1
+        if r < len(ev.rows) and ev.rows[r].node == i:
+            roles.append(ev.rows[r].outcome)
+        else:
+            roles.append(ACCEPTED if i in on_path else NOT_REACHED)
+    return roles
+
+
+def extra_token(ev: WindowEvent) -> tuple[str, str] | None:
+    """(text, kind) of the last emitted token when the target, not the tree, produced it."""
+    if ev.emitted_kinds and ev.emitted_kinds[-1] in (BONUS, CORRECTION, TARGET):
+        return ev.emitted_texts[-1], ev.emitted_kinds[-1]
+    return None
+
+
+class _Node(QGraphicsItem):
+    def __init__(self, rect: QRectF, label: str, color: str, fill: QColor, *, bold: bool,
+                 dashed: bool, on_path: bool, row: int, on_click):
+        super().__init__()
+        self._rect, self._label, self._color, self._fill = rect, label, color, fill
+        self._bold, self._dashed, self._on_path = bold, dashed, on_path
+        self.row = row
+        self._on_click = on_click
+        self.selected_row = False
+        self.setAcceptHoverEvents(True)
+        if row >= 0:
+            self.setCursor(Qt.CursorShape.PointingHandCursor)
+
+    def boundingRect(self) -> QRectF:
+        return self._rect.adjusted(-3, -3, 3, 3)
+
+    def paint(self, p: QPainter, option, widget=None) -> None:
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        pen = QPen(QColor(theme.ACCENT if self.selected_row else self._color),
+                   2.4 if (self._on_path or self.selected_row) else 1.3)
+        if self._dashed:
+            pen.setStyle(Qt.PenStyle.DashLine)
+        p.setPen(pen)
+        p.setBrush(QBrush(self._fill))
+        p.drawRoundedRect(self._rect, 6, 6)
+        f = theme.mono_font(9.5)
+        f.setBold(self._bold)
+        p.setFont(f)
+        p.setPen(QColor(theme.TEXT if self._color != theme.GREY else "#aab1ba"))
+        p.drawText(self._rect, Qt.AlignmentFlag.AlignCenter, self._label)
+
+    def mousePressEvent(self, e) -> None:
+        if self.row >= 0 and self._on_click:
+            self._on_click(self.row)
+        super().mousePressEvent(e)
+
+
+class _Canvas(QGraphicsView):
+    def __init__(self, scene: QGraphicsScene):
+        super().__init__(scene)
+        self.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
+        self.setBackgroundBrush(QColor(theme.PANEL))
+        self.setFrameShape(QGraphicsView.Shape.NoFrame)
+        self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
+        self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
+        self.user_zoomed = False
+
+    def wheelEvent(self, e) -> None:
+        if e.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            k = 1.15 if e.angleDelta().y() > 0 else 1 / 1.15
+            self.scale(k, k)
+            self.user_zoomed = True
+        else:
+            super().wheelEvent(e)
+
+    def fit(self) -> None:
+        """Show the whole tree when it fits at a legible scale; otherwise scroll at that scale."""
+        if self.user_zoomed:
+            return
+        r = self.scene().itemsBoundingRect().adjusted(-12, -12, 12, 12)
+        self.setSceneRect(r)
+        vw, vh = max(1, self.viewport().width()), max(1, self.viewport().height())
+        k = max(0.55, min(1.25, vw / r.width(), vh / r.height()))
+        self.resetTransform()
+        self.scale(k, k)
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        self.fit()
+
+
+class TokenTreeView(QWidget):
+    """Draws `show(event)`; clicking a node emits `row_selected(row)`."""
+
+    row_selected = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.scene = QGraphicsScene(self)
+        self.canvas = _Canvas(self.scene)
+        self.summary = QLabel("no window yet")
+        legend = QLabel(" &nbsp; ".join(
+            f"<span style='color:{theme.OUTCOME_COLOR[role]}'>■</span> {text}"
+            for role, text in ((ACCEPTED, "accepted"), (REJECTED, "rejected"), (NOT_REACHED, "not reached"),
+                               (BONUS, "bonus"), (CORRECTION, "correction"))))
+        legend.setObjectName("muted")
+        legend.setWordWrap(True)
+        legend.setFont(theme.ui_font(8.5))
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)   # one line, clipped
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 6, 8, 4)
+        lay.setSpacing(4)
+        lay.addWidget(self.summary)
+        lay.addWidget(legend)
+        lay.addWidget(self.canvas, 1)
+        self._items: list[_Node] = []
+        self._states: list[NodeState] = []
+        self._event: WindowEvent | None = None
+        self._selected_row = -1
+        self.clear()
+
+    # ---- public -----------------------------------------------------------------------------
+    def node_states(self) -> list[NodeState]:
+        return list(self._states)
+
+    def select_row(self, row: int) -> None:
+        self._selected_row = row
+        for it in self._items:
+            it.selected_row = it.row == row and row > 0
+            it.update()
+
+    def clear(self, message: str = "no window yet: Run (F5) starts decoding, Step (N) runs one window") -> None:
+        self.scene.clear()
+        self._items, self._states, self._event = [], [], None
+        self.summary.setText("")
+        hint = QGraphicsSimpleTextItem(message)
+        hint.setBrush(QColor(theme.MUTED))
+        hint.setFont(theme.ui_font(10))
+        self.scene.addItem(hint)
+        self.canvas.fit()
+
+    def show_event(self, ev: WindowEvent | None) -> None:
+        if ev is None:
+            self.clear()
+            return
+        if ev is self._event:
+            return
+        self._event = ev
+        self.scene.clear()
+        self._items, self._states = [], []
+        self._build(ev)
+        self.canvas.fit()
+        n, acc = len(ev.tokens), len(ev.accepted_path)
+        extra = extra_token(ev)
+        tail = f" + {extra[1]}" if extra and extra[1] != TARGET else ""
+        self.summary.setText(
+            f"window {ev.index} · {ev.drafter} · {n} draft node{'s' if n != 1 else ''} "
+            f"({len(ev.rows) or n + 1} row{'s' if (len(ev.rows) or n + 1) != 1 else ''}) · "
+            f"accepted {acc}{tail} → {len(ev.emitted)} token"
+            f"{'s' if len(ev.emitted) != 1 else ''}")
+
+    # ---- layout -----------------------------------------------------------------------------
+    def _build(self, ev: WindowEvent) -> None:
+        fm = QFontMetricsF(theme.mono_font(9.5))
+        roles = node_roles(ev)
+        on_path = set(ev.accepted_path)
+        n = len(ev.tokens)
+        children: dict[int, list[int]] = {-1: []}
+        for i, p in enumerate(ev.parents):
+            children.setdefault(p, []).append(i)
+
+        def rank(i: int) -> tuple:
+            prov = ev.provenance[i] if i < len(ev.provenance) else None
+            return (0 if i in on_path else 1, prov.match if prov else 0, i)
+
+        for k in children:
+            children[k].sort(key=rank)
+        extra = extra_token(ev)
+        extra_parent = ev.accepted_path[-1] if ev.accepted_path else -1
+        EXTRA_ID = n                                    # a pseudo node id for layout only
+        if extra is not None:
+            children.setdefault(extra_parent, []).insert(0, EXTRA_ID)
+
+        depth = {-1: 0}
+        labels = {-1: visible(ev.root_text, LABEL_LIMIT)}
+        for i in range(n):
+            depth[i] = ev.depths[i] if i < len(ev.depths) else 1
+            labels[i] = visible(ev.texts[i], LABEL_LIMIT)
+        if extra is not None:
+            depth[EXTRA_ID] = depth[extra_parent] + 1
+            labels[EXTRA_ID] = visible(extra[0], LABEL_LIMIT)
+        max_depth = max(depth.values())
+        col_w = [0.0] * (max_depth + 1)
+        for k, d in depth.items():
+            col_w[d] = max(col_w[d], fm.horizontalAdvance(labels[k]) + 2 * PAD_X, 34.0)
+        col_x = [0.0]
+        for d in range(1, max_depth + 1):
+            col_x.append(col_x[-1] + col_w[d - 1] + COL_GAP)
+
+        # one line per leaf, in DFS order; a parent shares its first child's line
+        line: dict[int, int] = {}
+        next_line = [0]
+
+        def place(k: int) -> int:
+            kids = children.get(k, [])
+            if not kids:
+                line[k] = next_line[0]
+                next_line[0] += 1
+                return line[k]
+            first = place(kids[0])
+            for c in kids[1:]:
+                place(c)
+            line[k] = first
+            return first
+
+        place(-1)
+        rects: dict[int, QRectF] = {}
+        for k, d in depth.items():
+            w = fm.horizontalAdvance(labels[k]) + 2 * PAD_X
+            w = max(w, 34.0)
+            rects[k] = QRectF(col_x[d], line[k] * (NODE_H + ROW_GAP), w, NODE_H)
+
+        # depth captions above the columns
+        for d in range(max_depth + 1):
+            cap = QGraphicsSimpleTextItem("root" if d == 0 else f"d{d}")
+            cap.setBrush(QColor(theme.MUTED))
+            cap.setFont(theme.ui_font(8))
+            cap.setPos(col_x[d] + 2, -20)
+            self.scene.addItem(cap)
+
+        # edges first, so nodes paint over them
+        for parent, kids in children.items():
+            for c in kids:
+                a, b = rects[parent], rects[c]
+                path = QPainterPath(QPointF(a.right(), a.center().y()))
+                mx = (a.right() + b.left()) / 2
+                path.cubicTo(QPointF(mx, a.center().y()), QPointF(mx, b.center().y()),
+                             QPointF(b.left(), b.center().y()))
+                hot = (c in on_path and (parent == -1 or parent in on_path)) or c == EXTRA_ID
+                if c == EXTRA_ID:
+                    color = theme.OUTCOME_COLOR.get(extra[1], theme.TEXT)
+                else:
+                    color = theme.GREEN if hot else theme.BORDER
+                pen = QPen(QColor(color), 2.2 if hot else 1.2)
+                if c == EXTRA_ID:
+                    pen.setStyle(Qt.PenStyle.DashLine)
+                item = QGraphicsPathItem(path)
+                item.setPen(pen)
+                self.scene.addItem(item)
+
+        def add(k: int, label: str, role: str, color: str, *, bold=False, dashed=False, path=False,
+                row=-1, tip=""):
+            fill = theme.tint(color, 0.30 if path or dashed else 0.16)
+            it = _Node(rects[k], label, color, fill, bold=bold, dashed=dashed, on_path=path,
+                       row=row, on_click=self.row_selected.emit)
+            it.setToolTip(tip)
+            self.scene.addItem(it)
+            self._items.append(it)
+            node_id = -1 if k == -1 else (-2 if k == EXTRA_ID else k)
+            self._states.append(NodeState(node_id, label, role, color, path))
+
+        add(-1, labels[-1], ROOT, theme.TEXT, bold=True, path=True, row=0,
+            tip=self._root_tip(ev))
+        for i in range(n):
+            role = roles[i]
+            add(i, labels[i], role, theme.OUTCOME_COLOR.get(role, theme.GREY), path=i in on_path,
+                row=i + 1, tip=self._node_tip(ev, i, role))
+        if extra is not None:
+            kind = extra[1]
+            color = theme.OUTCOME_COLOR.get(kind, theme.TEXT)
+            add(EXTRA_ID, labels[EXTRA_ID], kind, color, dashed=True, path=True,
+                tip=f"<b>{html.escape(visible(extra[0]))}</b><br>{theme.KIND_LABEL.get(kind, kind)}: "
+                    "the target's own token at the end of the accepted path")
+        self.select_row(self._selected_row)
+
+    @staticmethod
+    def _root_tip(ev: WindowEvent) -> str:
+        return (f"<b>{html.escape(visible(ev.root_text))}</b> (id {ev.root_token})<br>"
+                f"root: the last committed token, row 0<br>position {ev.committed_len - 1}")
+
+    @staticmethod
+    def _node_tip(ev: WindowEvent, i: int, role: str) -> str:
+        lines = [f"<b>{html.escape(visible(ev.texts[i]))}</b> (id {ev.tokens[i]})",
+                 f"node {i} · row {i + 1} · depth {ev.depths[i] if i < len(ev.depths) else '?'}",
+                 f"<span style='color:{theme.OUTCOME_COLOR.get(role, theme.GREY)}'>"
+                 f"{theme.OUTCOME_LABEL.get(role, role)}</span>"]
+        if i < len(ev.provenance):
+            pv = ev.provenance[i]
+            lines.append(f"match rank {pv.match} · copied from position {pv.position} · "
+                         f"seen {pv.count}× · {pv.source}")
+        r = i + 1
+        if r < len(ev.rows):
+            row = ev.rows[r]
+            lines.append(f"p {fmt_prob(row.p)} · q {fmt_prob(row.q)} · accept {fmt_prob(row.accept_prob)}")
+            if row.penalty is not None and row.penalty.flipped:
+                lines.append(f"<span style='color:{theme.AMBER}'>⚑ penalties flipped this verdict</span>")
+        return "<br>".join(lines)
