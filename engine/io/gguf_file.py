@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import mmap
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +28,7 @@ from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling
 from engine.errors import ModelLoadError
 from engine.io.load import check_weight_shapes, one_torch_thread
 from engine.io.tokenizer import Tokenizer
+from engine.model.rope import llama3_divisors, yarn_attention_factor
 
 Q = GGMLQuantizationType
 # Tensor types we turn into float32: the first six by the torch code below, the rest by gguf.
@@ -359,28 +360,59 @@ def config_from_metadata(gf: GGUFFile, tokenizer: Tokenizer) -> ModelConfig:
 
 
 def _rope_scaling(gf: GGUFFile, arch: str, theta: float, head_dim: int) -> RopeScaling:
-    md = gf.metadata
+    """The `{arch}.rope.scaling.*` keys (gguf.constants.Keys.Rope) as a RopeScaling, or a refusal."""
+    md, path = gf.metadata, gf.path
+
+    def num(key: str, default: float | None = None) -> float | None:
+        v = md.get(f"{arch}.rope.scaling.{key}", default)
+        if v is not None and not isinstance(v, (int, float)):
+            raise ModelLoadError(f"{path}: {arch}.rope.scaling.{key} is {v!r}; specscope needs one number here.")
+        return v
+
     kind = md.get(f"{arch}.rope.scaling.type", "none")
-    factor = float(md.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
-    original = int(md.get(f"{arch}.rope.scaling.original_context_length", 0) or 0)
+    factor = float(num("factor", 1.0) or 1.0)
+    original = int(num("original_context_length", 0) or 0)
+    # llama.cpp multiplies cos/sin by rope.scaling.attn_factor on top of YaRN's own factor
+    # (llama-context.cpp: `cparams.yarn_attn_factor *= hparams.rope_attn_factor`)
+    attn_factor = float(num("attn_factor", 1.0))
     if "rope_freqs.weight" in gf.tensors:
         # Llama 3.1+: the converter stores the llama3 frequency divisors instead of their parameters.
-        return _llama3_from_freqs(gf, theta, head_dim, original)
-    if kind in ("none", None) or factor == 1.0:
-        return RopeScaling()
-    if kind in ("linear", "yarn"):
-        return RopeScaling(kind=kind, factor=factor, original_max_position=original or 8192)
-    raise ModelLoadError(f"{gf.path}: RoPE scaling {kind!r} is not supported (linear, yarn and llama3 are).")
+        s = _llama3_from_freqs(gf, theta, head_dim, original)
+    elif kind in ("none", None) or factor == 1.0:
+        s = RopeScaling()
+    elif kind == "linear":
+        s = RopeScaling(kind="linear", factor=factor)
+    elif kind == "yarn":
+        # llama.cpp's n_ctx_orig_yarn falls back to the training context, as transformers'
+        # original_max_position_embeddings falls back to max_position_embeddings
+        context = md.get(f"{arch}.context_length")
+        s = _yarn(gf, arch, num, factor, original or int(context or 4096))
+    else:
+        raise ModelLoadError(f"{path}: RoPE scaling {kind!r} is not supported (linear, yarn and llama3 are).")
+    if attn_factor != 1.0:
+        if s.kind != "yarn":
+            raise ModelLoadError(f"{path}: {arch}.rope.scaling.attn_factor = {attn_factor} with RoPE scaling "
+                                 f"{s.kind!r} is not supported (only with yarn).")
+        s = replace(s, attention_factor=yarn_attention_factor(s) * attn_factor)
+    return s
 
 
-def llama3_divisors(s: RopeScaling, theta: float, head_dim: int) -> torch.Tensor:
-    """Per-frequency divisors of llama3 RoPE scaling, as llama.cpp's converter computes them."""
-    freqs = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    wavelen = 2 * math.pi / freqs
-    smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
-    mid = 1 / ((1 - smooth) / s.factor + smooth)
-    out = torch.where(wavelen < s.original_max_position / s.high_freq_factor, 1.0, mid)
-    return torch.where(wavelen > s.original_max_position / s.low_freq_factor, s.factor, out)
+def _yarn(gf: GGUFFile, arch: str, num: Callable[..., float | None], factor: float,
+          original: int) -> RopeScaling:
+    """YaRN from the keys convert_hf_to_gguf.py writes (yarn_beta_fast / yarn_beta_slow; HF's
+    attention_factor as yarn_attn_factor; yarn_ext_factor) and DeepSeek's yarn_log_multiplier,
+    0.1 * mscale_all_dim, which llama.cpp's llama-context.cpp pairs with mscale 1."""
+    ext = num("yarn_ext_factor")
+    if ext is not None and ext >= 0 and ext != 1.0:      # negative: unset, llama.cpp's default 1
+        raise ModelLoadError(f"{gf.path}: {arch}.rope.scaling.yarn_ext_factor = {ext} is not supported "
+                             "(only YaRN's own ramp, 1).")
+    log_mul = num("yarn_log_multiplier")
+    return RopeScaling(
+        kind="yarn", factor=factor, original_max_position=original,
+        beta_fast=float(num("yarn_beta_fast") or 32.0), beta_slow=float(num("yarn_beta_slow") or 1.0),
+        mscale=1.0 if log_mul else None, mscale_all_dim=log_mul / 0.1 if log_mul else None,
+        attention_factor=num("yarn_attn_factor"),
+    )
 
 
 def _llama3_from_freqs(gf: GGUFFile, theta: float, head_dim: int, original: int) -> RopeScaling:

@@ -92,7 +92,7 @@ def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig
             head_dim=int(raw.get("head_dim") or hidden // n_heads),
             rms_eps=float(raw.get("rms_norm_eps", 1e-6)),
             rope_theta=theta,
-            rope_scaling=_rope_scaling(rope, path),
+            rope_scaling=_rope_scaling(rope, raw, path),
             max_context=int(raw.get("max_position_embeddings", 4096)),
             tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
             qkv_bias=arch == "qwen2" or bool(raw.get("attention_bias", False)),
@@ -104,17 +104,35 @@ def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig
         raise ModelLoadError(f"{path}: inconsistent model config: {e}") from e
 
 
-def _rope_scaling(rope: dict, path: Path) -> RopeScaling:
+def _rope_scaling(rope: dict, raw: dict, path: Path) -> RopeScaling:
+    """rope_scaling / rope_parameters as transformers' modeling_rope_utils reads them, or a refusal."""
     kind = rope.get("rope_type") or rope.get("type") or "default"
+    partial = rope.get("partial_rotary_factor", raw.get("partial_rotary_factor"))
+    if partial not in (None, 1, 1.0):
+        raise ModelLoadError(f"{path}: partial_rotary_factor={partial} is not supported (RoPE over whole heads).")
     if kind == "default":
         return RopeScaling()
-    factor = float(rope.get("factor", 1.0))
-    original = int(rope.get("original_max_position_embeddings") or 8192)
+    # transformers' standardize_rope_params: a top-level original_max_position_embeddings wins,
+    # then rope's own, then max_position_embeddings
+    original = int(raw.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
+                   or raw.get("max_position_embeddings") or 4096)
     if kind == "llama3":
-        return RopeScaling("llama3", factor, float(rope.get("low_freq_factor", 1.0)),
+        return RopeScaling("llama3", float(rope.get("factor", 1.0)), float(rope.get("low_freq_factor", 1.0)),
                            float(rope.get("high_freq_factor", 4.0)), original)
-    if kind in ("linear", "yarn"):
-        return RopeScaling(kind, factor, original_max_position=original)
+    if kind == "linear":
+        return RopeScaling("linear", float(rope.get("factor", 1.0)))
+    if kind == "yarn":
+        factor = rope.get("factor")
+        if factor is None:      # DeepSeek-V3 style: the ratio of the two context lengths
+            factor = int(raw.get("max_position_embeddings") or original) / original
+
+        def opt(key: str) -> float | None:
+            return None if rope.get(key) is None else float(rope[key])
+
+        return RopeScaling("yarn", float(factor), original_max_position=original,
+                           beta_fast=float(rope.get("beta_fast") or 32), beta_slow=float(rope.get("beta_slow") or 1),
+                           mscale=opt("mscale"), mscale_all_dim=opt("mscale_all_dim"),
+                           attention_factor=opt("attention_factor"), truncate=bool(rope.get("truncate", True)))
     raise ModelLoadError(f"{path}: RoPE scaling {kind!r} is not supported (linear, llama3 and yarn are).")
 
 

@@ -7,15 +7,45 @@ from dataclasses import dataclass, field
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
 
+ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
+
+
 @dataclass(frozen=True)
 class RopeScaling:
-    """RoPE frequency scaling. kind: "none" | "linear" | "llama3" | "yarn"(theta-only approximation)."""
+    """RoPE frequency scaling, computed in engine.model.rope.
+
+    kind: "none" | "linear" | "llama3" | "yarn". `factor` is the context extension (every kind);
+    low/high_freq_factor belong to llama3; beta_fast, beta_slow, mscale, mscale_all_dim,
+    attention_factor and truncate to yarn, with transformers' meanings and defaults
+    (attention_factor None: derived from factor, or from mscale / mscale_all_dim when both are set).
+    """
 
     kind: str = "none"
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int = 8192
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    truncate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROPE_SCALINGS:
+            raise ValueError(f"unknown RoPE scaling {self.kind!r}: specscope computes {', '.join(ROPE_SCALINGS)}")
+        if not self.factor > 0:
+            raise ValueError(f"RoPE scaling factor must be positive, got {self.factor}")
+        if self.original_max_position <= 0:
+            raise ValueError(f"RoPE original_max_position must be positive, got {self.original_max_position}")
+        if self.kind == "llama3" and self.low_freq_factor >= self.high_freq_factor:
+            raise ValueError(f"llama3 RoPE needs low_freq_factor < high_freq_factor, got "
+                             f"{self.low_freq_factor} and {self.high_freq_factor}")
+        if self.kind == "yarn" and not self.beta_fast > self.beta_slow > 0:
+            raise ValueError(f"YaRN needs beta_fast > beta_slow > 0, got {self.beta_fast} and {self.beta_slow}")
+        if self.attention_factor is not None and not self.attention_factor > 0:
+            raise ValueError(f"YaRN attention_factor must be positive, got {self.attention_factor}")
 
 
 @dataclass(frozen=True)

@@ -8,32 +8,12 @@ slots[r] before attention, so a row can attend to itself and its ancestors in th
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from engine.model.cache import KVCache
-from engine.model.config import ModelConfig, RopeScaling
-
-
-def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
-    d = cfg.head_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    s: RopeScaling = cfg.rope_scaling
-    if s.kind == "linear":
-        inv = inv / s.factor
-    elif s.kind == "llama3":
-        # Llama 3.1 frequency-dependent scaling (as in transformers' _compute_llama3_parameters)
-        low_wl = s.original_max_position / s.low_freq_factor
-        high_wl = s.original_max_position / s.high_freq_factor
-        wl = 2 * math.pi / inv
-        smooth = (s.original_max_position / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
-        scaled = torch.where(wl > low_wl, inv / s.factor, inv)
-        mid = (wl <= low_wl) & (wl >= high_wl)
-        scaled = torch.where(mid, (1 - smooth) * inv / s.factor + smooth * inv, scaled)
-        inv = scaled
-    return inv.float()
+from engine.model.config import ModelConfig
+from engine.model.rope import rope_tables
 
 
 class Transformer:
@@ -70,12 +50,7 @@ class Transformer:
                 layer["q_norm"] = w(p + "q_norm")
                 layer["k_norm"] = w(p + "k_norm")
             self.layers.append(layer)
-        inv = rope_inv_freq(cfg)
-        t = torch.arange(cfg.max_context, dtype=torch.float32)
-        freqs = torch.outer(t, inv)                                # [C, D/2]
-        emb = torch.cat([freqs, freqs], dim=-1)                    # [C, D]
-        self.cos = emb.cos().to(self.device, dtype)
-        self.sin = emb.sin().to(self.device, dtype)
+        self.cos, self.sin = rope_tables(cfg, self.device, dtype)   # [C, D] each, scaled
 
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache(self.cfg, min(capacity, self.cfg.max_context), self.device, self.dtype)

@@ -24,7 +24,8 @@ from tiny_models import default_qtype, gguf_tensors, make_tiny_gguf, make_tiny_h
 
 from engine.model.config import RopeScaling, expected_shapes
 from engine.errors import ModelLoadError, SpecscopeError
-from engine.io.gguf_file import dequantize, llama3_divisors, read_gguf
+from engine.io.gguf_file import dequantize, read_gguf
+from engine.model.rope import llama3_divisors
 from engine.io.load import default_model_path, load_model
 
 ARCHS = ("llama", "qwen2", "qwen3")

@@ -26,28 +26,33 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
           "{% endif %}")
 
 
-def tiny_config(arch: str):
-    """The transformers config of the tiny model of this architecture."""
+def tiny_config(arch: str, rope: dict | None = None):
+    """The transformers config of the tiny model of this architecture; rope: a RoPE scaling
+    ({"rope_type": "yarn", "factor": 4.0, ...}) in transformers' rope_parameters form."""
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=256, rms_norm_eps=1e-5,
                   bos_token_id=1, eos_token_id=2)
+
+    def theta(t: float) -> dict:
+        return {"rope_theta": t} if rope is None else {"rope_parameters": dict(rope, rope_theta=t)}
+
     if arch == "llama":
-        return LlamaConfig(**common, tie_word_embeddings=False, rope_theta=10000.0)
+        return LlamaConfig(**common, tie_word_embeddings=False, **theta(10000.0))
     if arch == "qwen2":
-        return Qwen2Config(**common, tie_word_embeddings=True, rope_theta=1000000.0)
+        return Qwen2Config(**common, tie_word_embeddings=True, **theta(1000000.0))
     if arch == "qwen3":
-        return Qwen3Config(**common, tie_word_embeddings=True, head_dim=32, rope_theta=1000000.0)
+        return Qwen3Config(**common, tie_word_embeddings=True, head_dim=32, **theta(1000000.0))
     raise ValueError(f"no tiny model for {arch!r}")
 
 
-def tiny_model(arch: str, seed: int = 0):
+def tiny_model(arch: str, seed: int = 0, rope: dict | None = None):
     """A transformers model with every parameter randomised (biases and norms too, so a mix-up shows)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(arch), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, rope), dtype=torch.float32)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
@@ -83,10 +88,11 @@ def tiny_tokenizer_files() -> tuple[str, dict]:
     return tok.to_str(), config
 
 
-def make_tiny_hf(arch: str, path: str | Path, seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
+def make_tiny_hf(arch: str, path: str | Path, seed: int = 0, dtype: torch.dtype = torch.float32,
+                 rope: dict | None = None) -> Path:
     """Write a tiny random model of `arch` ("llama" | "qwen2" | "qwen3") as an HF folder at path."""
     path = Path(path)
-    model = tiny_model(arch, seed).to(dtype)
+    model = tiny_model(arch, seed, rope).to(dtype)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer_json, tokenizer_config = tiny_tokenizer_files()
     (path / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
@@ -153,7 +159,8 @@ def make_tiny_gguf(arch: str, path: str | Path, seed: int = 0, *, qtype_of=defau
 
     tensors: replace the weights (e.g. drop one to test a missing tensor); qtype_of(name, w) picks
     each tensor's type (a gguf.GGMLQuantizationType; integer numpy arrays are written as is);
-    metadata_overrides: {"feed_forward_length": 100} overrides `{arch}.` keys.
+    metadata_overrides: {"feed_forward_length": 100} overrides `{arch}.` keys (floats are written
+    as float32, strings as strings, the rest as uint32).
     """
     import gguf
     from gguf import GGMLQuantizationType as Q
@@ -176,6 +183,8 @@ def make_tiny_gguf(arch: str, path: str | Path, seed: int = 0, *, qtype_of=defau
     for k, v in meta.items():
         if isinstance(v, float):
             w.add_float32(f"{name}.{k}", v)
+        elif isinstance(v, str):
+            w.add_string(f"{name}.{k}", v)
         else:
             w.add_uint32(f"{name}.{k}", int(v))
     tokenizer_json, tokenizer_config = tiny_tokenizer_files()
