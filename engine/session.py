@@ -19,11 +19,11 @@ Progress = Callable[[str, float], None]
 
 
 def open_runtime(model: str | None = None, device: str = "auto", dtype: str = "auto",
-                 progress: Callable[[str, float], None] | None = None) -> Runtime:
+                 progress: Progress | None = None, weights: str = "auto") -> Runtime:
+    """Read the file's header and tokenizer, then build each weight on the device in turn
+    (`weights`: auto | packed | dequantized; see engine.model.runtime)."""
     loaded = load_model(model, progress=progress)
-    if progress:
-        progress("placing weights on the device", 0.95)
-    rt = Runtime(loaded, device, dtype)
+    rt = Runtime(loaded, device, dtype, weights=weights, progress=progress)
     if progress:
         progress("ready", 1.0)
     return rt

@@ -4,10 +4,11 @@ Why a header reader of our own: gguf.GGUFReader builds a numpy memmap view for e
 every metadata array, so the 49,152 tokens and 48,900 merges of the bundled SmolLM2 file take
 ~2.1 s to parse on a 2-core CPU, while the whole start-to-first-token budget is 5 s. The format
 is small (ggml docs/gguf.md: magic, version, counts, key/value pairs, tensor infos, aligned data),
-so we read it with `struct` in ~0.1 s and use the `gguf` package for what it is good at: its type
-tables and its dequantizers. The torch fast paths below for F16/BF16/Q8_0/Q4_0/Q4_1 are
-bit-identical to gguf.quants.dequantize (tests/engine/test_loading.py checks every tensor of the
-real file) and ~6x faster; every other supported type goes through gguf.quants.dequantize.
+so we read it with `struct` in ~0.1 s and take only gguf's type tables.
+
+Weights are not read here: every tensor becomes a TensorSource over the memory-mapped file, and
+the model builds each one on its device (dequantized by engine.weights, bit-identical to
+gguf.quants.dequantize, or kept packed) one at a time.
 """
 
 from __future__ import annotations
@@ -21,20 +22,18 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
-from gguf.quants import dequantize as gguf_dequantize
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
-from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling
+from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling, check_weight_shapes
 from engine.errors import ModelLoadError
-from engine.io.load import check_weight_shapes, one_torch_thread
 from engine.io.tokenizer import Tokenizer
 from engine.model.rope import llama3_divisors, yarn_attention_factor
+from engine.model.source import TensorSource
+from engine.weights.dequant import SUPPORTED_TYPES as WEIGHT_TYPES
 
 Q = GGMLQuantizationType
-# Tensor types we turn into float32: the first six by the torch code below, the rest by gguf.
-FAST_TYPES = (Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1)
-GGUF_TYPES = (Q.F64, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K)
-SUPPORTED_TYPES = frozenset(FAST_TYPES + GGUF_TYPES)
+# Tensor types we can read: engine.weights dequantizes all but F64, which is converted here.
+SUPPORTED_TYPES = frozenset([Q.F64] + [Q[name] for name in WEIGHT_TYPES])
 
 _SCALAR_FORMATS = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
@@ -201,74 +200,26 @@ def type_name(qtype: int) -> str:
         return f"type {qtype}"
 
 
+def tensor_source(gf: GGUFFile, info: TensorInfo, unpermute_heads: int = 0) -> TensorSource:
+    """The tensor as a TensorSource over the mapped file (checked: type known, bytes present)."""
+    check_tensor_data(gf, info)
+    rows = math.prod(info.shape[:-1])
+    qtype = type_name(info.qtype)
+
+    def read() -> torch.Tensor:
+        raw = gf.data[info.offset:info.offset + info.n_bytes].reshape(rows, -1)
+        return torch.from_numpy(raw)
+
+    if info.qtype == Q.F64:     # rare (some converters' norms): narrowed to F32 here
+        def read_f64() -> torch.Tensor:
+            return torch.from_numpy(read().numpy().view(np.float64).astype(np.float32)).view(torch.uint8)
+        return TensorSource(info.name, info.shape, "F32", info.n_bytes // 2, read_f64, unpermute_heads)
+    return TensorSource(info.name, info.shape, qtype, info.n_bytes, read, unpermute_heads)
+
+
 def dequantize(gf: GGUFFile, info: TensorInfo) -> torch.Tensor:
     """One tensor as float32 [info.shape], read from the mapped file."""
-    raw = gf.data[info.offset:info.offset + info.n_bytes]
-    rows = math.prod(info.shape[:-1])
-    raw = raw.reshape(rows, -1)  # uint8 [rows, bytes per row]
-    qtype = GGMLQuantizationType(info.qtype)
-    out = _FAST.get(qtype)
-    if out is not None:
-        t = out(torch.from_numpy(raw))
-    elif qtype == Q.F64:
-        t = torch.from_numpy(raw.view(np.float64).astype(np.float32))
-    else:
-        t = torch.from_numpy(gguf_dequantize(raw, qtype))
-    return t.reshape(info.shape)
-
-
-# Each takes uint8 [rows, bytes per row] and returns float32 [rows, values per row]. The
-# arithmetic mirrors gguf.quants operation for operation (mul then add, no fused multiply-add),
-# so the results are bit-identical.
-
-def _f32(b: torch.Tensor) -> torch.Tensor:
-    return b.view(torch.float32).clone()  # clone: do not hand out views of the file mapping
-
-
-def _f16(b: torch.Tensor) -> torch.Tensor:
-    return b.view(torch.float16).float()
-
-
-def _bf16(b: torch.Tensor) -> torch.Tensor:
-    return b.view(torch.bfloat16).float()
-
-
-def _q8_0(b: torch.Tensor) -> torch.Tensor:
-    # block: f16 scale d, 32 x int8 q; value = q * d
-    rows = b.shape[0]
-    b = b.reshape(-1, 34)
-    d = b[:, :2].contiguous().view(torch.float16).float()
-    return b[:, 2:].view(torch.int8).float().mul_(d).reshape(rows, -1)
-
-
-def _q4_0(b: torch.Tensor) -> torch.Tensor:
-    # block: f16 d, 16 bytes; low nibbles are values 0..15, high nibbles 16..31; value = d * (q - 8)
-    rows = b.shape[0]
-    b = b.reshape(-1, 18)
-    d = b[:, :2].contiguous().view(torch.float16).float()
-    qs = b[:, 2:]
-    out = torch.empty(b.shape[0], 32)
-    out[:, :16] = qs & 0x0F
-    out[:, 16:] = qs >> 4
-    return out.sub_(8).mul_(d).reshape(rows, -1)
-
-
-def _q4_1(b: torch.Tensor) -> torch.Tensor:
-    # block: f16 d, f16 m, 16 bytes of nibbles as in Q4_0; value = d * q + m
-    rows = b.shape[0]
-    b = b.reshape(-1, 20)
-    d = b[:, 0:2].contiguous().view(torch.float16).float()
-    m = b[:, 2:4].contiguous().view(torch.float16).float()
-    qs = b[:, 4:]
-    out = torch.empty(b.shape[0], 32)
-    out[:, :16] = qs & 0x0F
-    out[:, 16:] = qs >> 4
-    return out.mul_(d).add_(m).reshape(rows, -1)
-
-
-_FAST: dict[GGMLQuantizationType, Callable[[torch.Tensor], torch.Tensor]] = {
-    Q.F32: _f32, Q.F16: _f16, Q.BF16: _bf16, Q.Q8_0: _q8_0, Q.Q4_0: _q4_0, Q.Q4_1: _q4_1,
-}
+    return tensor_source(gf, info).dense()
 
 
 # ---------------------------------------------------------------- names and config
@@ -448,19 +399,17 @@ def check_tensor_data(gf: GGUFFile, info: TensorInfo) -> None:
         )
 
 
-def _unpermute(w: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Undo llama.cpp's q/k permutation (convert_hf_to_gguf.py LlamaModel.permute).
-
-    The converter reorders each head's rows from HF's [first half | second half] ("rotate_half")
-    to interleaved pairs for ggml's RoPE: permute = reshape(h, 2, d/2, ...).swapaxes(1, 2).
-    The inverse is reshape(h, d/2, 2, ...).swapaxes(1, 2).  w: [h*d, in] or bias [h*d].
-    """
-    half = w.shape[0] // n_heads // 2
-    return w.reshape(n_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape).contiguous()
+def file_type(gf: GGUFFile) -> str | None:
+    """llama.cpp's name for the file's quantization mix (e.g. "Q4_K_M"), if the file says."""
+    ft = gf.metadata.get("general.file_type")
+    try:
+        return LlamaFileType(int(ft)).name.removeprefix("MOSTLY_") if ft is not None else None
+    except (ValueError, TypeError, OverflowError):
+        return None
 
 
 def load_gguf(path: Path, progress: Callable[[str, float], None]
-              ) -> tuple[ModelConfig, dict[str, torch.Tensor], Tokenizer]:
+              ) -> tuple[ModelConfig, dict[str, TensorSource], Tokenizer, str | None]:
     progress("reading GGUF header", 0.0)
     gf = read_gguf(path)
     progress("building tokenizer", 0.05)
@@ -473,21 +422,13 @@ def load_gguf(path: Path, progress: Callable[[str, float], None]
         if canon is not None:
             wanted[canon] = info
     check_weight_shapes(cfg, {k: v.shape for k, v in wanted.items()}, path, gguf_name)
-    for info in wanted.values():
-        check_tensor_data(gf, info)
-
-    weights: dict[str, torch.Tensor] = {}
-    names = [n for n in wanted if not (cfg.tie_embeddings and n == "lm_head")]
-    every = max(1, len(names) // 50)  # about 50 progress calls
-    with one_torch_thread():
-        for i, canon in enumerate(names):
-            if i % every == 0:
-                progress("dequantizing weights", 0.1 + 0.9 * i / len(names))
-            w = dequantize(gf, wanted[canon])
-            if cfg.arch == "llama" and canon.endswith((".q", ".q_bias")):
-                w = _unpermute(w, cfg.n_heads)
-            elif cfg.arch == "llama" and canon.endswith((".k", ".k_bias")):
-                w = _unpermute(w, cfg.n_kv_heads)
-            weights[canon] = w
-    progress("done", 1.0)
-    return cfg, weights, tokenizer
+    sources: dict[str, TensorSource] = {}
+    for canon, info in wanted.items():
+        heads = 0
+        if cfg.arch == "llama" and canon.endswith((".q", ".q_bias")):
+            heads = cfg.n_heads
+        elif cfg.arch == "llama" and canon.endswith((".k", ".k_bias")):
+            heads = cfg.n_kv_heads
+        sources[canon] = tensor_source(gf, info, heads)
+    progress("header read", 1.0)
+    return cfg, sources, tokenizer, file_type(gf)

@@ -1,7 +1,8 @@
 """Hugging Face model folders: config.json + model.safetensors (or a sharded index) + tokenizer files.
 
 Runs LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM checkpoints; their weights are
-already in the layout the model wants, so loading is renaming and casting to float32.
+already in the layout the model wants, so loading is renaming; each tensor stays a view of the
+memory-mapped file until the model builds it on its device.
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-from safetensors import safe_open
 
-from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling
+from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling, check_weight_shapes
 from engine.errors import ModelLoadError
-from engine.io.load import check_weight_shapes, one_torch_thread
+from engine.io.safetensors_file import SafetensorsFile
 from engine.io.tokenizer import Tokenizer
+from engine.model.source import TensorSource
 
 _MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 _ARCH_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
@@ -143,26 +143,27 @@ def _weight_files(folder: Path) -> dict[str, Path]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
+        except (OSError, KeyError, TypeError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as e:
             raise ModelLoadError(f"{index}: not a valid safetensors index ({e}).") from e
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+            raise ModelLoadError(f"{index}: weight_map must map tensor names to file names.")
         files = {name: folder / f for name, f in weight_map.items()}
         for f in set(files.values()):
+            if f.resolve().parent != folder.resolve():
+                raise ModelLoadError(f"{index} names {f.name!r} outside the model folder; refusing it.")
             if not f.is_file():
                 raise ModelLoadError(f"{f} is missing (listed in {index.name}); download the whole model.")
         return files
     if single.is_file():
-        try:
-            with safe_open(single, framework="pt") as f:
-                return {name: single for name in f.keys()}
-        except Exception as e:  # safetensors raises SafetensorError / OSError for a bad header
-            raise ModelLoadError(f"{single}: not a readable safetensors file ({e}). Download it again.") from e
+        return {name: single for name in SafetensorsFile(single).tensors}
     others = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pth"))
     hint = f" (found {', '.join(others)}: convert them to safetensors)" if others else ""
     raise ModelLoadError(f"{folder} has no model.safetensors or model.safetensors.index.json{hint}.")
 
 
 def load_hf_folder(folder: Path, progress: Callable[[str, float], None]
-                   ) -> tuple[ModelConfig, dict[str, torch.Tensor], Tokenizer]:
+                   ) -> tuple[ModelConfig, dict[str, TensorSource], Tokenizer, str]:
     progress("reading config and tokenizer", 0.0)
     tokenizer_json = folder / "tokenizer.json"
     if not tokenizer_json.is_file():
@@ -185,27 +186,19 @@ def load_hf_folder(folder: Path, progress: Callable[[str, float], None]
     if cfg.tie_embeddings:
         by_canonical.pop("lm_head", None)
 
-    weights: dict[str, torch.Tensor] = {}
-    shapes: dict[str, tuple[int, ...]] = {}
-    handles: dict[Path, Any] = {}
-    try:
-        for canon, name in by_canonical.items():
-            f = files[name]
-            if f not in handles:
-                handles[f] = safe_open(f, framework="pt")
-            shapes[canon] = tuple(handles[f].get_slice(name).get_shape())
-        check_weight_shapes(cfg, shapes, folder, hf_name)
-        every = max(1, len(by_canonical) // 50)
-        with one_torch_thread():
-            for i, (canon, name) in enumerate(by_canonical.items()):
-                if i % every == 0:
-                    progress("reading weights", 0.05 + 0.95 * i / len(by_canonical))
-                weights[canon] = handles[files[name]].get_tensor(name).to(torch.float32)
-    except ModelLoadError:
-        raise
-    except Exception as e:  # a truncated or corrupt shard
-        raise ModelLoadError(f"{folder}: cannot read the weights ({e}). Download the model again.") from e
-    finally:
-        handles.clear()
-    progress("done", 1.0)
-    return cfg, weights, tokenizer
+    opened: dict[Path, SafetensorsFile] = {}
+    sources: dict[str, TensorSource] = {}
+    for canon, name in by_canonical.items():
+        f = files[name]
+        if f not in opened:
+            opened[f] = SafetensorsFile(f)
+        if name not in opened[f].tensors:
+            raise ModelLoadError(f"{f}: tensor {name} is listed in the index but not in the file. "
+                                 "Download the model again.")
+    shapes = {canon: opened[files[name]].shape(name) for canon, name in by_canonical.items()}
+    check_weight_shapes(cfg, shapes, folder, hf_name)
+    for canon, name in by_canonical.items():
+        sources[canon] = opened[files[name]].source(name)
+    kinds = sorted({s.qtype for s in sources.values()})
+    progress("header read", 1.0)
+    return cfg, sources, tokenizer, "+".join(kinds)

