@@ -90,7 +90,8 @@ class PassCounter:
 
 
 def run_ours(rt, ids: list[int], cfg: dict[str, Any], new_tokens: int, window: int) -> dict:
-    s = DecodeSettings(max_new_tokens=new_tokens, penalty_window=window, **cfg)
+    # cfg is flat: drafting fields beside sampler ones (repeat_penalty)
+    s = DecodeSettings.from_dict({"max_new_tokens": new_tokens, "penalty_window": window, **cfg})
     r = Decoder(rt, ids, s, detail=False).run()
     return {"tokens": r["tokens"], "passes": r["forward_passes"], "tok_s": r["tok_s"],
             "wall_s": r["wall_s"]}
@@ -125,7 +126,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=5)
-    ap.add_argument("--penalty-window", type=int, default=DecodeSettings().penalty_window)
+    ap.add_argument("--penalty-window", type=int, default=DecodeSettings().sampling.penalty_window)
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' prompt lookup")
     a = ap.parse_args()
 

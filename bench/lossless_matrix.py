@@ -33,7 +33,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from engine.speculation.decoder import Decoder  # noqa: E402
 from engine.speculation.events import WindowEvent  # noqa: E402
 from engine.io.prompts import encode_prompt  # noqa: E402
 from engine.session import open_runtime  # noqa: E402
+from engine.speculation.sampling import SamplingConfig  # noqa: E402
 from engine.speculation.settings import DecodeSettings  # noqa: E402
 
 PENALTIES: dict[str, dict[str, float]] = {
@@ -209,13 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, messages in prompts:
         ids = encode_prompt(rt.tokenizer, messages)
         for pen in pens:
-            base = DecodeSettings(draft="none", max_new_tokens=a.new_tokens, **PENALTIES[pen])
+            base = DecodeSettings(draft="none", max_new_tokens=a.new_tokens,
+                                  sampling=SamplingConfig(**PENALTIES[pen]))
             ar = decode(rt, ids, base)
             i += 1
             print(f"[{i}/{total}] {time.perf_counter() - t_start:7.1f}s {name} penalties {pen}: "
                   f"reference, {len(ar.tokens)} tokens ({ar.finish_reason})", flush=True)
             for c in configs:
-                s = DecodeSettings(**{**base.to_dict(), **c})
+                s = replace(base, **c)
                 detail = not (a.fast_path and pen == "off")
                 spec = decode(rt, ids, s, detail=detail)
                 v = compare(ar, spec, a.tie_margin)

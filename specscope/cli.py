@@ -55,27 +55,23 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ar-floor", action=argparse.BooleanOptionalAction, default=d.ar_floor,
                    help="retire to plain decoding when speculation is not cheaper")
     g = p.add_argument_group("sampling")
+    c = d.sampling
     g.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    g.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy")
-    g.add_argument("--top-k", type=int, default=d.top_k)
-    g.add_argument("--top-p", type=float, default=d.top_p)
-    g.add_argument("--min-p", type=float, default=d.min_p)
+    g.add_argument("--temperature", type=float, default=c.temperature, help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=c.top_k)
+    g.add_argument("--top-p", type=float, default=c.top_p)
+    g.add_argument("--min-p", type=float, default=c.min_p)
     g.add_argument("--seed", type=int, default=d.seed)
-    g.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty)
-    g.add_argument("--presence-penalty", type=float, default=d.presence_penalty)
-    g.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty)
-    g.add_argument("--penalty-window", type=int, default=d.penalty_window)
+    g.add_argument("--repeat-penalty", type=float, default=c.repeat_penalty)
+    g.add_argument("--presence-penalty", type=float, default=c.presence_penalty)
+    g.add_argument("--frequency-penalty", type=float, default=c.frequency_penalty)
+    g.add_argument("--penalty-window", type=int, default=c.penalty_window)
 
 
 def settings_from_args(a: argparse.Namespace) -> DecodeSettings:
-    return DecodeSettings(
-        draft=a.draft, depth=a.depth, width=a.width, ngram_min=a.ngram_min,
-        ngram_max=a.ngram_max, match=a.match, adaptive=a.adaptive, ar_floor=a.ar_floor,
-        temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p, seed=a.seed,
-        repeat_penalty=a.repeat_penalty, presence_penalty=a.presence_penalty,
-        frequency_penalty=a.frequency_penalty, penalty_window=a.penalty_window,
-        max_new_tokens=a.max_new_tokens,
-    )
+    # every decode flag's dest is the name of its settings field (--top-p -> top_p, a sampler
+    # field); from_dict takes the flat form and ignores the other options
+    return DecodeSettings.from_dict(vars(a))
 
 
 def prompt_from_args(a: argparse.Namespace):

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout
                                QLabel, QRadioButton, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from engine.errors import ParameterError
+from engine.speculation.sampling import SamplingConfig
 from engine.speculation.settings import DRAFTERS, MATCH_RULES, DecodeSettings
 
 
@@ -182,16 +183,17 @@ class ControlsPanel(QScrollArea):
             self.match.setCurrentText(s.match)
             self.adaptive.setChecked(s.adaptive)
             self.ar_floor.setChecked(s.ar_floor)
-            (self.greedy if s.greedy else self.sampled).setChecked(True)
-            self.temperature.setValue(s.temperature if not s.greedy else 0.7)
-            self.top_k.setValue(s.top_k)
-            self.top_p.setValue(s.top_p)
-            self.min_p.setValue(s.min_p)
+            c = s.sampling
+            (self.greedy if c.greedy else self.sampled).setChecked(True)
+            self.temperature.setValue(c.temperature if not c.greedy else 0.7)
+            self.top_k.setValue(c.top_k)
+            self.top_p.setValue(c.top_p)
+            self.min_p.setValue(c.min_p)
             self.seed.setValue(s.seed)
-            self.repeat_penalty.setValue(s.repeat_penalty)
-            self.presence_penalty.setValue(s.presence_penalty)
-            self.frequency_penalty.setValue(s.frequency_penalty)
-            self.penalty_window.setValue(s.penalty_window)
+            self.repeat_penalty.setValue(c.repeat_penalty)
+            self.presence_penalty.setValue(c.presence_penalty)
+            self.frequency_penalty.setValue(c.frequency_penalty)
+            self.penalty_window.setValue(c.penalty_window)
             self.max_new_tokens.setValue(s.max_new_tokens)
         finally:
             self._loading = False
@@ -209,12 +211,14 @@ class ControlsPanel(QScrollArea):
             ngram_min=self.ngram_min.value(), ngram_max=self.ngram_max.value(),
             match=self.match.currentText(), adaptive=self.adaptive.isChecked(),
             ar_floor=self.ar_floor.isChecked(),
-            temperature=self.temperature.value() if sampled else 0.0,
-            top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(),
-            seed=self.seed.value(), repeat_penalty=self.repeat_penalty.value(),
-            presence_penalty=self.presence_penalty.value(),
-            frequency_penalty=self.frequency_penalty.value(),
-            penalty_window=self.penalty_window.value(), max_new_tokens=self.max_new_tokens.value(),
+            sampling=SamplingConfig(
+                temperature=self.temperature.value() if sampled else 0.0,
+                top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(),
+                repeat_penalty=self.repeat_penalty.value(),
+                presence_penalty=self.presence_penalty.value(),
+                frequency_penalty=self.frequency_penalty.value(),
+                penalty_window=self.penalty_window.value()),
+            seed=self.seed.value(), max_new_tokens=self.max_new_tokens.value(),
         )
 
     def valid_settings(self) -> DecodeSettings:

@@ -513,7 +513,7 @@ class MainWindow(QMainWindow):
         settings = store.header.get("settings")
         if settings:
             try:
-                self.controls.set_settings(DecodeSettings(**settings))
+                self.controls.set_settings(DecodeSettings.from_dict(settings))
             except (TypeError, ParameterError):
                 pass
         prof = store.header.get("card_profile")

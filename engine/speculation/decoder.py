@@ -77,7 +77,6 @@ class Decoder:
 
     def _configure(self) -> None:
         s = self.settings
-        self.sampling = s.sampling()
         if getattr(self, "drafter", None) is None or self.drafter.name != s.draft or \
                 getattr(self.drafter, "match", s.match) != s.match:
             self.drafter = make_drafter(s.draft, s.match)
@@ -131,7 +130,7 @@ class Decoder:
             t1 = time.perf_counter()
             rows = [root, *tree.tokens]
             parents = [-1] + [p + 1 for p in tree.parents]
-            fast = s.greedy and not s.penalized and not self.detail
+            fast = s.sampling.greedy and not s.sampling.penalized and not self.detail
             scores = rt.verify(rows, parents, need_logits=not fast)
             t2 = time.perf_counter()
             outcome = self._verify(tree, scores)
@@ -213,9 +212,10 @@ class Decoder:
     def _verify(self, tree: TokenTree, scores) -> VerifyOutcome:
         if scores.logits is None:
             return verify_greedy_top(tree, scores)
-        if self.settings.greedy:
-            return verify_greedy(tree, scores.logits, self.context, self.sampling)
-        return verify_sampled(tree, scores.logits, self.context, self.sampling, self.rng)
+        cfg = self.settings.sampling
+        if cfg.greedy:
+            return verify_greedy(tree, scores.logits, self.context, cfg)
+        return verify_sampled(tree, scores.logits, self.context, cfg, self.rng)
 
     def _count(self, tree: TokenTree, outcome: VerifyOutcome) -> None:
         """Acceptance by depth: depth d was tried when a node at depth d hung below the accepted
@@ -316,7 +316,7 @@ class Decoder:
             emitted=emitted, emitted_texts=[tok.token_text(t) for t in emitted],
             emitted_kinds=kinds, propose_ms=propose_ms, verify_ms=verify_ms, commit_ms=commit_ms,
             window_ms=propose_ms + verify_ms + commit_ms, stats=self._stats(),
-            drafter=s.draft, depth=plan.depth, width=plan.width, greedy=s.greedy,
+            drafter=s.draft, depth=plan.depth, width=plan.width, greedy=s.sampling.greedy,
             predicted_ms=None if plan.predicted_ms != plan.predicted_ms else plan.predicted_ms,
             reason=plan.reason, finished=bool(finish), finish_reason=finish, settings=s.to_dict(),
         )

@@ -28,15 +28,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from engine.errors import ParameterError
-
-if TYPE_CHECKING:
-    from engine.speculation.settings import DecodeSettings
 
 # (token, logit before, logit after) for one distinct history token
 LedgerEntry = tuple[int, float, float]
@@ -44,7 +41,11 @@ LedgerEntry = tuple[int, float, float]
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """What turns a row of logits into the distribution the request samples from."""
+    """What turns a row of logits into the distribution the request samples from.
+
+    Validated on construction. A message names the command-line flag that sets the field
+    (`top_p` -> "--top-p"), so the command line and the workbench can show it as it is.
+    """
 
     temperature: float = 0.0
     top_k: int = 0
@@ -60,22 +61,22 @@ class SamplingConfig:
             raise ParameterError(msg)
 
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
-            bad(f"temperature must be a finite number >= 0 (0 means greedy), got {self.temperature}")
+            bad(f"--temperature must be a finite number >= 0 (0 means greedy), got {self.temperature}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            bad(f"top_k must be an integer >= 0 (0 means off), got {self.top_k!r}")
+            bad(f"--top-k must be an integer >= 0 (0 means off), got {self.top_k!r}")
         if not 0 < self.top_p <= 1:
-            bad(f"top_p must be in (0, 1] (1 means off), got {self.top_p}")
+            bad(f"--top-p must be in (0, 1] (1 means off), got {self.top_p}")
         if not 0 <= self.min_p < 1:
-            bad(f"min_p must be in [0, 1) (0 means off), got {self.min_p}")
+            bad(f"--min-p must be in [0, 1) (0 means off), got {self.min_p}")
         if not (self.repeat_penalty > 0 and math.isfinite(self.repeat_penalty)):
-            bad(f"repeat_penalty must be a finite number > 0 (1 means off), got {self.repeat_penalty}")
-        for name in ("presence_penalty", "frequency_penalty"):
-            v = getattr(self, name)
+            bad(f"--repeat-penalty must be a finite number > 0 (1 means off), got {self.repeat_penalty}")
+        for flag, v in (("--presence-penalty", self.presence_penalty),
+                        ("--frequency-penalty", self.frequency_penalty)):
             if not (math.isfinite(v) and abs(v) <= 100):
-                bad(f"{name} must be a finite number in [-100, 100] (0 means off), got {v}")
+                bad(f"{flag} must be a finite number in [-100, 100] (0 means off), got {v}")
         if isinstance(self.penalty_window, bool) or not isinstance(self.penalty_window, int) \
                 or self.penalty_window < 1:
-            bad(f"penalty_window must be an integer >= 1, got {self.penalty_window!r}")
+            bad(f"--penalty-window must be an integer >= 1, got {self.penalty_window!r}")
 
     @property
     def greedy(self) -> bool:
@@ -85,12 +86,6 @@ class SamplingConfig:
     def penalized(self) -> bool:
         return (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0
                 or self.frequency_penalty != 0.0)
-
-    @classmethod
-    def from_settings(cls, s: "DecodeSettings") -> "SamplingConfig":
-        return cls(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                   repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
-                   frequency_penalty=s.frequency_penalty, penalty_window=s.penalty_window)
 
 
 # ---------------------------------------------------------------------------------------------

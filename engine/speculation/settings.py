@@ -1,21 +1,22 @@
 """Decode settings: one frozen, validated object shared by the CLI, the decoder and the workbench.
 
+The sampler's parameters are one `SamplingConfig` inside the settings, validated once, there.
 The workbench changes settings while a run goes on by sending `dataclasses.replace(settings,
-depth=6)` through the decoder's control queue; the decoder applies it at the next window.
+depth=6)` (or `settings.with_sampling(top_p=0.9)`) through the decoder's control queue; the
+decoder applies it at the next window.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Mapping
 
 from engine.errors import ParameterError
-
-if TYPE_CHECKING:
-    from engine.speculation.sampling import SamplingConfig
+from engine.speculation.sampling import SamplingConfig
 
 DRAFTERS = ("none", "lookup", "tree")
 MATCH_RULES = ("recent", "first", "frequent")
+SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingConfig))
 
 
 @dataclass(frozen=True)
@@ -29,16 +30,9 @@ class DecodeSettings:
     match: str = "recent"
     adaptive: bool = False
     ar_floor: bool = False
-    # sampling (temperature 0 = greedy)
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
+    # what each row's distribution is (temperature 0 = greedy), and the request's random stream
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0
-    repeat_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    penalty_window: int = 64
     # length
     max_new_tokens: int = 256
 
@@ -58,28 +52,25 @@ class DecodeSettings:
             bad(f"n-gram sizes need 1 <= --ngram-min <= --ngram-max, got {self.ngram_min} and {self.ngram_max}")
         if self.ngram_max > 16:
             bad(f"--ngram-max must be at most 16, got {self.ngram_max}")
-        # the sampling fields are validated once, by the sampler's own config; the message
-        # names the command-line flag
-        try:
-            self.sampling()
-        except ParameterError as e:
-            field, _, rest = str(e).partition(" ")
-            raise ParameterError(f"--{field.replace('_', '-')} {rest}") from None
+        if not isinstance(self.sampling, SamplingConfig):
+            bad(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
         if self.max_new_tokens < 1:
             bad(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
 
-    def sampling(self) -> "SamplingConfig":
-        """The sampler's view of these settings (validated on construction)."""
-        from engine.speculation.sampling import SamplingConfig
-        return SamplingConfig.from_settings(self)
+    def with_sampling(self, **changes: Any) -> "DecodeSettings":
+        """These settings with some sampler fields changed: `s.with_sampling(top_p=0.9)`."""
+        return replace(self, sampling=replace(self.sampling, **changes))
 
-    @property
-    def greedy(self) -> bool:
-        return self.sampling().greedy
-
-    @property
-    def penalized(self) -> bool:
-        return self.sampling().penalized
-
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values for JSON: the sampler's fields nested under "sampling"."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "DecodeSettings":
+        """Settings from `to_dict()`'s form. The flat form (the sampler's fields beside the
+        others, as recordings made before the nesting store them) loads too; a flat sampler
+        field overrides the nested one. Unknown keys are ignored."""
+        own = {f.name for f in fields(cls)} - {"sampling"}
+        nested = d.get("sampling") or {}
+        sampling = {k: d[k] if k in d else nested[k] for k in SAMPLING_FIELDS if k in d or k in nested}
+        return cls(sampling=SamplingConfig(**sampling), **{k: v for k, v in d.items() if k in own})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,12 @@ import torch
 
 from engine.speculation.decoder import Decoder
 from engine.io.prompts import encode_prompt
+from engine.speculation.sampling import SamplingConfig
 from engine.speculation.settings import DecodeSettings
 
 PENALTIES = {
-    "off": {},
-    "on": {"repeat_penalty": 1.3, "presence_penalty": 1.5, "frequency_penalty": 0.5},
+    "off": SamplingConfig(),
+    "on": SamplingConfig(repeat_penalty=1.3, presence_penalty=1.5, frequency_penalty=0.5),
 }
 DRAFTERS = {
     "lookup": {"draft": "lookup", "match": "recent", "depth": 8, "width": 1},
@@ -91,7 +93,7 @@ def decode(rt, ids: list[int], settings: DecodeSettings):
         path = [-1] + list(ev.accepted_path)
         for j in range(len(ev.emitted)):
             row = ev.rows[path[j] + 1]      # token j is judged at its parent's row
-            if settings.greedy:
+            if settings.sampling.greedy:
                 assert row.target_token == ev.emitted[j], "emitted token is not its row's argmax"
             per_token.append((row.near_tie, [(t, p) for t, _, p in row.top]))
     return dec.report(), per_token, most_nodes
@@ -104,7 +106,7 @@ def references(rt, prompts):
 
     def get(prompt: str, pen: str):
         if (prompt, pen) not in cache:
-            s = DecodeSettings(draft="none", max_new_tokens=NEW_TOKENS, **PENALTIES[pen])
+            s = DecodeSettings(draft="none", max_new_tokens=NEW_TOKENS, sampling=PENALTIES[pen])
             cache[prompt, pen] = decode(rt, prompts[prompt], s)
         return cache[prompt, pen]
     return get
@@ -126,7 +128,7 @@ def assert_same_as_reference(spec, ref) -> None:
 @pytest.mark.parametrize("pen", list(PENALTIES))
 @pytest.mark.parametrize("prompt", ["textwrap", "posixpath", "summarization"])
 def test_greedy_speculation_equals_plain_decoding(rt, prompts, references, prompt, pen, drafter):
-    s = DecodeSettings(max_new_tokens=NEW_TOKENS, **PENALTIES[pen], **DRAFTERS[drafter])
+    s = DecodeSettings(max_new_tokens=NEW_TOKENS, sampling=PENALTIES[pen], **DRAFTERS[drafter])
     spec = decode(rt, prompts[prompt], s)
     assert spec[0]["proposed_draft_tokens"] > 0, "the drafter never proposed: nothing was tested"
     if pen == "off" and prompt != "summarization":
@@ -147,7 +149,8 @@ def test_depth_one_tree_equals_plain_decoding(rt, prompts, references):
 # sampled
 
 
-SAMPLED = dict(draft="tree", depth=8, width=3, temperature=0.8, top_p=0.9, max_new_tokens=32)
+SAMPLED = dict(draft="tree", depth=8, width=3, sampling=SamplingConfig(temperature=0.8, top_p=0.9),
+               max_new_tokens=32)
 
 
 def test_sampled_speculation_replays_with_the_same_seed(rt, prompts):
@@ -175,8 +178,8 @@ def reference_penalize(logits: torch.Tensor, history: list[int], repeat: float, 
 def test_sampled_speculation_with_penalties_stays_in_top_k(rt, prompts):
     ids = prompts["textwrap"]
     pen = PENALTIES["on"]
-    s = DecodeSettings(draft="tree", depth=8, width=3, temperature=1.0, top_k=5, seed=3,
-                       max_new_tokens=32, **pen)
+    s = DecodeSettings(draft="tree", depth=8, width=3, seed=3, max_new_tokens=32,
+                       sampling=replace(pen, temperature=1.0, top_k=5))
     rep, per_token, _ = decode(rt, ids, s)
     toks = rep["tokens"]
     assert len(toks) == len(per_token) >= 16
@@ -188,11 +191,11 @@ def test_sampled_speculation_with_penalties_stays_in_top_k(rt, prompts):
     rt.prefill(ids[:-1])
     seq = ids + toks
     logits = rt.verify(seq[len(ids) - 1:-1], [-1] + list(range(len(toks) - 1))).logits  # [n, V]
-    W = s.penalty_window
+    W = s.sampling.penalty_window
     changed = 0
     for k, t in enumerate(toks):
-        row = reference_penalize(logits[k], seq[:len(ids) + k][-W:], pen["repeat_penalty"],
-                                 pen["presence_penalty"], pen["frequency_penalty"])
+        row = reference_penalize(logits[k], seq[:len(ids) + k][-W:], pen.repeat_penalty,
+                                 pen.presence_penalty, pen.frequency_penalty)
         top5 = row.topk(5)
         assert row[t] >= top5.values[-1] - 1e-4, f"token {k} ({t}) is outside the penalized top-5"
         changed += set(top5.indices.tolist()) != set(logits[k].topk(5).indices.tolist())

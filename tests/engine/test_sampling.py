@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -61,32 +63,43 @@ def reference_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"temperature": -0.1}, "temperature"),
-    ({"temperature": float("nan")}, "temperature"),
-    ({"top_k": -1}, "top_k"),
-    ({"top_p": 0.0}, "top_p"),
-    ({"top_p": 1.5}, "top_p"),
-    ({"min_p": 1.0}, "min_p"),
-    ({"repeat_penalty": 0.0}, "repeat_penalty"),
-    ({"presence_penalty": float("inf")}, "presence_penalty"),
-    ({"frequency_penalty": 101.0}, "frequency_penalty"),
-    ({"penalty_window": 0}, "penalty_window"),
+    ({"temperature": -0.1}, "--temperature"),
+    ({"temperature": float("nan")}, "--temperature"),
+    ({"top_k": -1}, "--top-k"),
+    ({"top_p": 0.0}, "--top-p"),
+    ({"top_p": 1.5}, "--top-p"),
+    ({"min_p": 1.0}, "--min-p"),
+    ({"repeat_penalty": 0.0}, "--repeat-penalty"),
+    ({"presence_penalty": float("inf")}, "--presence-penalty"),
+    ({"frequency_penalty": 101.0}, "--frequency-penalty"),
+    ({"penalty_window": 0}, "--penalty-window"),
 ])
 def test_config_rejects_bad_values_with_a_clear_message(kwargs, words):
     with pytest.raises(ParameterError, match=words):
         SamplingConfig(**kwargs)
 
 
-def test_config_from_settings_and_flags():
-    s = DecodeSettings(temperature=0.7, top_k=20, top_p=0.8, min_p=0.05, repeat_penalty=1.1,
-                       presence_penalty=1.5, frequency_penalty=0.2, penalty_window=32)
-    cfg = SamplingConfig.from_settings(s)
-    assert (cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p) == (0.7, 20, 0.8, 0.05)
-    assert (cfg.repeat_penalty, cfg.presence_penalty, cfg.frequency_penalty,
-            cfg.penalty_window) == (1.1, 1.5, 0.2, 32)
+def test_config_flags():
+    cfg = SamplingConfig(temperature=0.7, repeat_penalty=1.1)
     assert not cfg.greedy and cfg.penalized
     assert SamplingConfig().greedy and not SamplingConfig().penalized
     assert SamplingConfig(presence_penalty=0.1).penalized
+
+
+def test_settings_round_trip_through_json_and_load_the_flat_form():
+    s = DecodeSettings(draft="lookup", depth=5, seed=9, sampling=SamplingConfig(
+        temperature=0.7, top_k=20, top_p=0.8, min_p=0.05, repeat_penalty=1.1,
+        presence_penalty=1.5, frequency_penalty=0.2, penalty_window=32))
+    d = json.loads(json.dumps(s.to_dict()))
+    assert d["sampling"]["top_p"] == 0.8 and "top_p" not in d
+    assert DecodeSettings.from_dict(d) == s
+    # recordings made before the nesting store the sampler's fields beside the others
+    flat = {k: v for k, v in d.items() if k != "sampling"} | d["sampling"]
+    assert DecodeSettings.from_dict(flat) == s
+    assert DecodeSettings.from_dict({**d, "top_p": 0.5, "no_such_key": 1}).sampling.top_p == 0.5
+    assert s.with_sampling(top_p=0.9) == replace(s, sampling=replace(s.sampling, top_p=0.9))
+    with pytest.raises(ParameterError, match="--top-p"):
+        s.with_sampling(top_p=2.0)
 
 
 # --- penalties -------------------------------------------------------------------------------

@@ -212,8 +212,9 @@ def test_live_run_views_match_events(qtbot, make_window, tmp_path):
 
 
 def test_penalty_view_shows_history(qtbot, make_window):
-    settings = dataclasses.replace(SMALL, repeat_penalty=1.3, presence_penalty=0.5, penalty_window=32,
-                                   max_new_tokens=10, temperature=0.7, seed=3)
+    settings = dataclasses.replace(
+        SMALL.with_sampling(repeat_penalty=1.3, presence_penalty=0.5, penalty_window=32, temperature=0.7),
+        max_new_tokens=10, seed=3)
     win = make_window(settings)
     assert win.start_run()
     wait_idle(qtbot, win)

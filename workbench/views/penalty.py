@@ -99,8 +99,9 @@ class PenaltyView(QWidget):
         led = r.penalty
         if led is None:
             settings = ev.settings or {}
-            off = (settings.get("repeat_penalty", 1.0) == 1.0 and settings.get("presence_penalty", 0.0) == 0.0
-                   and settings.get("frequency_penalty", 0.0) == 0.0)
+            cfg = settings.get("sampling", settings)    # recordings before the nesting: flat
+            off = (cfg.get("repeat_penalty", 1.0) == 1.0 and cfg.get("presence_penalty", 0.0) == 0.0
+                   and cfg.get("frequency_penalty", 0.0) == 0.0)
             self._clear("penalties are off for this run (repeat 1, presence 0, frequency 0): "
                         "set one in Controls to see each row's history" if off
                         else "no penalty ledger for this row")
