@@ -75,62 +75,365 @@ _PLANES = {
 }
 _SUPERBLOCK = {"Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
 
-_TWO23 = 8388608.0     # 2^23
+_TWO23 = tl.constexpr(8388608.0)     # 2^23
 
 
 # ---------------------------------------------------------------------------------------------
 # dequantization helpers
+#
+# Every type is read as int32 words (4 consecutive bytes). A tile of words [BN, JH, 4] has its
+# last axis (c) on the 4 lanes that the MMA operand layout spreads K bits 1-2 over, and each
+# word's 4 bytes in one thread's registers (K bit 0 and bit 3): ``_join4p`` builds exactly that
+# order, so the dequantized tile feeds ``tl.dot`` without any data movement, and each lane only
+# ever sees one sub-block per (row, c): the scale work per weight is small.
 
 
 @triton.jit
-def _biased(v):
-    """int32 ``v`` in [0, 2^23) -> float32 ``2^23 + v``, exactly, without a conversion op."""
-    return (v | 0x4B000000).to(tl.float32, bitcast=True)
+def _opaque(a, C: tl.constexpr):
+    """The int32 constant C shaped like ``a``, computed as ``where(a == a, C, 0)`` (``a`` is
+    never NaN) so that it is not a literal: the compiler then keeps it in a register and
+    folds the mask and the OR of the value extraction into one 3-input logic op (with a
+    literal it needs two ops per weight)."""
+    return tl.where(a == a, C, 0)
 
 
 @triton.jit
-def _xload(xp, rm, kx, M, K, EVEN_K: tl.constexpr):
+def _affine(s, t, P: tl.constexpr, EXACT: tl.constexpr):
+    """(a, b) with ``f * a + b == s * q + t`` for f = q (EXACT) or f = 1 + q * 2^(P-23).
+
+    Non-exact: a = s * 2^(23-P) is exact, b = t - a is rounded once: an absolute error of
+    about s * 2^(-1-P) (2^-17 / 2^-13 of the block scale for P = 16 / 12), far below the
+    bf16/fp16 rounding of the weight that follows."""
+    if EXACT:
+        return s, t
+    else:
+        a = s * (1 << (23 - P))
+        return a, t - a
+
+
+@triton.jit
+def _shift(w, D: tl.constexpr):
+    if D > 0:
+        return w << D
+    elif D < 0:
+        return w >> (-D)
+    else:
+        return w
+
+
+@triton.jit
+def _bit_to(h, P: tl.constexpr, DST: tl.constexpr, NB: tl.constexpr):
+    """The NB-bit field at bit P of int32 ``h``, moved to bit DST (other bits cleared)."""
+    return _shift(h, DST - P) & (((1 << NB) - 1) << DST)
+
+
+@triton.jit
+def _fval(wq, wh, P: tl.constexpr, HP: tl.constexpr, HB: tl.constexpr, EXACT: tl.constexpr, mg):
+    """Quant = the nibble at bit P of ``wq`` plus HB high bits at bit HP of ``wh`` -> float.
+
+    EXACT: f = q (field at bit 0 under the exponent of 2^23, mg = 0x4B000000, minus 2^23).
+    Otherwise the nibble goes to bit p = 16 (P = 0 mod 8) or p = 12 (P = 4 mod 8), the high
+    bits above it, under the exponent of 1.0 (mg = 0x3F800000): f = 1 + q * 2^(p-23). Two
+    nibbles share each shift (w<<16, w<<8, w, w>>8, w>>16 serve all eight), then one
+    mask-and-OR op per value (see _opaque). Pair with ``_affine(.., p, ..)``."""
+    if EXACT:
+        q = (wq >> P) & 15
+        if HB > 0:
+            q = q | _bit_to(wh, HP, 4, HB)
+        return (q | mg).to(tl.float32, bitcast=True) - _TWO23
+    else:
+        if P % 8 == 0:
+            bits = _shift(wq, 16 - P) & 0xF0000
+            if HB > 0:
+                bits = bits | _bit_to(wh, HP, 20, HB)
+        else:
+            bits = _shift(wq, 12 - P) & 0xF000
+            if HB > 0:
+                bits = bits | _bit_to(wh, HP, 16, HB)
+        return (bits | mg).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _join4p(v0, v1, v2, v3):
+    """Four [BN, A, 4] tensors (bytes 0..3 of each word) -> [BN, A, 2, 4, 2], axes (a, byte
+    bit 1, c, byte bit 0): flattened, that is the MMA operand order (see the section note)."""
+    return tl.permute(tl.join(tl.join(v0, v2), tl.join(v1, v3)), (0, 1, 3, 2, 4))
+
+
+@triton.jit
+def _xload(xp, rows, kx, M, K, EVEN_K: tl.constexpr):
+    """x^T: rows ``rows`` [16] of x at K positions kx [KP] -> [KP, 16] (zeros past M / K)."""
     if EVEN_K:
-        return tl.load(xp, mask=rm[:, None] < M, other=0.0)
+        return tl.load(xp, mask=rows[None, :] < M, other=0.0)
     else:
-        return tl.load(xp, mask=(rm[:, None] < M) & (kx[None, :] < K), other=0.0)
+        return tl.load(xp, mask=(rows[None, :] < M) & (kx[:, None] < K), other=0.0)
 
 
 @triton.jit
-def _dot1(xt, wt, acc, IEEE: tl.constexpr):
+def _dot1(xt, w, acc, IEEE: tl.constexpr):
     if IEEE:
-        return tl.dot(xt, wt, acc, input_precision="ieee")
+        return tl.dot(w, xt, acc, input_precision="ieee")
     else:
-        return tl.dot(xt, wt, acc)
+        return tl.dot(w, xt, acc)
 
 
 @triton.jit
-def _dot_slices(acc0, acc1, acc2, acc3, w, kx, x_ptr, sxm, M, K,
-                NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
-    """acc_i += x[16i:16i+16, kx] @ w.T for the first NMB slices. w: [BN, KP]; kx: [KP]."""
-    wt = tl.trans(w)
+def _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
+               NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+    """acc_i[BN, 16] += w @ x[16i:16i+16, :]^T over one word tile.
+
+    v0..v3: float32 weights [BN, JH, 4] of bytes 0..3 of the words; kxw [JH, 4]: the K
+    position of byte 0 of each word (bytes are consecutive in K)."""
+    cdt = x_ptr.dtype.element_ty
+    BN: tl.constexpr = v0.shape[0]
+    JH: tl.constexpr = v0.shape[1]
+    KP: tl.constexpr = JH * 16
+    w = tl.reshape(_join4p(v0, v1, v2, v3).to(cdt), [BN, KP])
+    i2 = tl.arange(0, 2)
+    kx = tl.reshape(kxw[:, None, :, None] + 2 * i2[None, :, None, None] + i2[None, None, None, :], [KP])
+    kx = tl.max_contiguous(tl.multiple_of(kx, 2), 2)
     rm = tl.arange(0, 16)
-    xp = x_ptr + rm[:, None] * sxm + kx[None, :]
-    acc0 = _dot1(_xload(xp, rm, kx, M, K, EVEN_K), wt, acc0, IEEE)
+    xp = x_ptr + rm[None, :] * sxm + kx[:, None]
+    acc0 = _dot1(_xload(xp, rm, kx, M, K, EVEN_K), w, acc0, IEEE)
     if NMB > 1:
-        acc1 = _dot1(_xload(xp + 16 * sxm, rm + 16, kx, M, K, EVEN_K), wt, acc1, IEEE)
+        acc1 = _dot1(_xload(xp + 16 * sxm, rm + 16, kx, M, K, EVEN_K), w, acc1, IEEE)
     if NMB > 2:
-        acc2 = _dot1(_xload(xp + 32 * sxm, rm + 32, kx, M, K, EVEN_K), wt, acc2, IEEE)
+        acc2 = _dot1(_xload(xp + 32 * sxm, rm + 32, kx, M, K, EVEN_K), w, acc2, IEEE)
     if NMB > 3:
-        acc3 = _dot1(_xload(xp + 48 * sxm, rm + 48, kx, M, K, EVEN_K), wt, acc3, IEEE)
+        acc3 = _dot1(_xload(xp + 48 * sxm, rm + 48, kx, M, K, EVEN_K), w, acc3, IEEE)
     return acc0, acc1, acc2, acc3
 
 
 @triton.jit
 def _store(acc, o_ptr, row0, rn, M, N, som, sop, pid_s, SPLIT: tl.constexpr):
     rm = row0 + tl.arange(0, 16)
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    mask = (rm[None, :] < M) & (rn[:, None] < N)
     if SPLIT:
-        p = o_ptr + pid_s * sop + rm[:, None] * som + rn[None, :]
+        p = o_ptr + pid_s * sop + rm[None, :] * som + rn[:, None]
         tl.store(p, acc, mask=mask)
     else:
-        p = o_ptr + rm[:, None] * som + rn[None, :]
+        p = o_ptr + rm[None, :] * som + rn[:, None]
         tl.store(p, acc.to(o_ptr.dtype.element_ty), mask=mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-type tiles: acc += (one tile of the weight rows rn) @ x^T
+
+
+@triton.jit
+def _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32,
+               NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+    """Q8_0, 256 values (8 blocks of 32) from kb: qs int8 [N, K], d f16 [N, K/32].
+    Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3)."""
+    BN: tl.constexpr = rn.shape[0]
+    c4 = tl.arange(0, 4)
+    bh = tl.arange(0, 2)
+    jw = tl.arange(0, 8)
+    blk = 4 * bh[:, None] + c4[None, :]                                             # [2, 4]
+    woff = kb // 4 + 8 * blk[:, None, :] + jw[None, :, None]                        # [2, 8, 4]
+    wp = pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K4 + woff[None]
+    dp = pd + rn[:, None, None] * K32 + kb // 32 + blk[None]
+    if EVEN_K:
+        w = tl.load(wp)
+        d = tl.load(dp).to(tl.float32)
+    else:
+        w = tl.load(wp, mask=(kb + 32 * blk < K)[None, :, None, :], other=0)
+        d = tl.load(dp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+    # value = d * q, q = (byte ^ 0x80) - 128
+    if IEEE:
+        a = d
+        b = d * 0.0
+        mg = _opaque(a, 0x4B000080)
+    else:
+        a = d * 2048.0                                  # f = 1 + (q + 128) / 2048
+        b = d * -2176.0
+        mg = _opaque(a, 0x3F880000)                     # 1.0 with the 0x80 bit at bit 19
+    a = a[:, :, None, :]
+    b = b[:, :, None, :]
+    mg = mg[:, :, None, :]
+    if IEEE:
+        f0 = ((w & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f1 = (((w >> 8) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f2 = (((w >> 16) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f3 = (((w >> 24) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+    else:
+        f0 = (((w << 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f1 = (((w << 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f2 = (((w >> 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f3 = (((w >> 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+    v0 = tl.reshape(tl.fma(f0, a, b), [BN, 16, 4])
+    v1 = tl.reshape(tl.fma(f1, a, b), [BN, 16, 4])
+    v2 = tl.reshape(tl.fma(f2, a, b), [BN, 16, 4])
+    v3 = tl.reshape(tl.fma(f3, a, b), [BN, 16, 4])
+    kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [16, 4])
+    return _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
+                      NMB, EVEN_K, IEEE)
+
+
+@triton.jit
+def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
+                Q41: tl.constexpr, NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+    """Q4_0 / Q4_1, 256 values (8 blocks of 32) from kb: qs [N, K/2] (per block 16 bytes,
+    byte j = value j low nibble, value 16+j high nibble), d (, m) f16 [N, K/32].
+    Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3)."""
+    BN: tl.constexpr = rn.shape[0]
+    c4 = tl.arange(0, 4)
+    bh = tl.arange(0, 2)
+    jw = tl.arange(0, 4)
+    blk = 4 * bh[:, None] + c4[None, :]                                             # [2, 4]
+    woff = kb // 8 + 4 * blk[:, None, :] + jw[None, :, None]                        # [2, 4, 4]
+    wp = pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K8 + woff[None]
+    sp = rn[:, None, None] * K32 + kb // 32 + blk[None]
+    if EVEN_K:
+        w = tl.load(wp)
+        d = tl.load(pd + sp).to(tl.float32)
+        if Q41:
+            t = tl.load(pm + sp).to(tl.float32)
+    else:
+        w = tl.load(wp, mask=(kb + 32 * blk < K)[None, :, None, :], other=0)
+        d = tl.load(pd + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+        if Q41:
+            t = tl.load(pm + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+    if not Q41:
+        t = d * -8.0                                    # Q4_0: d * (q - 8)
+    a_lo, b_lo = _affine(d, t, 16, IEEE)
+    a_hi, b_hi = _affine(d, t, 12, IEEE)
+    if IEEE:
+        mg = _opaque(d, 0x4B000000)[:, :, None, :]
+    else:
+        mg = _opaque(d, 0x3F800000)[:, :, None, :]
+    a_lo = a_lo[:, :, None, :]
+    b_lo = b_lo[:, :, None, :]
+    a_hi = a_hi[:, :, None, :]
+    b_hi = b_hi[:, :, None, :]
+    kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [8, 4])
+    acc0, acc1, acc2, acc3 = _dot_words(
+        acc0, acc1, acc2, acc3,
+        tl.reshape(tl.fma(_fval(w, w, 0, 0, 0, IEEE, mg), a_lo, b_lo), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(w, w, 8, 0, 0, IEEE, mg), a_lo, b_lo), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(w, w, 16, 0, 0, IEEE, mg), a_lo, b_lo), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(w, w, 24, 0, 0, IEEE, mg), a_lo, b_lo), [BN, 8, 4]),
+        kxw, x_ptr, sxm, M, K, NMB, EVEN_K, IEEE)
+    return _dot_words(
+        acc0, acc1, acc2, acc3,
+        tl.reshape(tl.fma(_fval(w, w, 4, 0, 0, IEEE, mg), a_hi, b_hi), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(w, w, 12, 0, 0, IEEE, mg), a_hi, b_hi), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(w, w, 20, 0, 0, IEEE, mg), a_hi, b_hi), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(w, w, 28, 0, 0, IEEE, mg), a_hi, b_hi), [BN, 8, 4]),
+        kxw + 16, x_ptr, sxm, M, K, NMB, EVEN_K, IEEE)
+
+
+@triton.jit
+def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn, d, dm, rn, kb, M, K, sxm, K8, K32,
+             Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr):
+    """Q4_K / Q5_K, one superblock from kb (d, dm: its f16 scales as float32 [BN, 1]).
+    qs [N, K/2], 4 chunks of 32 bytes: chunk c byte j = value 64c+j (low nibble, sub-block
+    2c) and 64c+32+j (high nibble, 2c+1). Q5_K qh [N, K/8], 32 bytes: bit s of byte j is the
+    5th bit of value 32s+j. sc, mn u8 [N, K/32]. Words [BN, jh, c]: chunk c, bytes 4jh.."""
+    BN: tl.constexpr = rn.shape[0]
+    jh = tl.arange(0, 8)
+    c4 = tl.arange(0, 4)
+    wq = tl.load(pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K8
+                 + (kb // 8 + 8 * c4[None, :] + jh[:, None])[None])                 # [BN, 8, 4]
+    if Q5:
+        # qh word jh holds the 5th bits of values 4jh..4jh+3 of every sub-block
+        wh = tl.load(ph.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K32
+                     + (kb // 32 + jh[:, None] + 0 * c4[None, :])[None])
+        wh = wh >> (2 * c4)[None, None, :]             # bit 8i (+1): sub-block 2c (2c+1)
+        HB: tl.constexpr = 1
+    else:
+        wh = wq
+        HB: tl.constexpr = 0
+    s8 = rn[:, None] * K32 + kb // 32 + tl.arange(0, 8)[None, :]
+    sc_lo, sc_hi = tl.split(tl.reshape(tl.load(psc + s8), [BN, 4, 2]))
+    mn_lo, mn_hi = tl.split(tl.reshape(tl.load(pmn + s8), [BN, 4, 2]))
+    # value = (d * sc) * q - (dmin * mn); low nibbles at p = 16, high at p = 12 (see _fval)
+    a_lo, b_lo = _affine(d * sc_lo.to(tl.float32), -(dm * mn_lo.to(tl.float32)), 16, IEEE)
+    a_hi, b_hi = _affine(d * sc_hi.to(tl.float32), -(dm * mn_hi.to(tl.float32)), 12, IEEE)
+    if IEEE:
+        mg = _opaque(a_lo, 0x4B000000)[:, None, :]
+    else:
+        mg = _opaque(a_lo, 0x3F800000)[:, None, :]
+    a_lo = a_lo[:, None, :]
+    b_lo = b_lo[:, None, :]
+    a_hi = a_hi[:, None, :]
+    b_hi = b_hi[:, None, :]
+    kxw = kb + 64 * c4[None, :] + 4 * jh[:, None]                                    # [8, 4]
+    acc0, acc1, acc2, acc3 = _dot_words(
+        acc0, acc1, acc2, acc3,
+        tl.fma(_fval(wq, wh, 0, 0, HB, IEEE, mg), a_lo, b_lo),
+        tl.fma(_fval(wq, wh, 8, 8, HB, IEEE, mg), a_lo, b_lo),
+        tl.fma(_fval(wq, wh, 16, 16, HB, IEEE, mg), a_lo, b_lo),
+        tl.fma(_fval(wq, wh, 24, 24, HB, IEEE, mg), a_lo, b_lo),
+        kxw, x_ptr, sxm, M, K, NMB, True, IEEE)
+    return _dot_words(
+        acc0, acc1, acc2, acc3,
+        tl.fma(_fval(wq, wh, 4, 1, HB, IEEE, mg), a_hi, b_hi),
+        tl.fma(_fval(wq, wh, 12, 9, HB, IEEE, mg), a_hi, b_hi),
+        tl.fma(_fval(wq, wh, 20, 17, HB, IEEE, mg), a_hi, b_hi),
+        tl.fma(_fval(wq, wh, 28, 25, HB, IEEE, mg), a_hi, b_hi),
+        kxw + 32, x_ptr, sxm, M, K, NMB, True, IEEE)
+
+
+@triton.jit
+def _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, d, rn, kb, M, K, sxm, K8, K16,
+            NMB: tl.constexpr, IEEE: tl.constexpr):
+    """Q6_K, one superblock from kb (d: f16 scale as float32 [BN, 1]). ql [N, K/2] (128
+    bytes), qh [N, K/4] (64), sc i8 [N, K/16]. Value 128h + 32j + l (h 0..1, j 0..3, l 0..31):
+    low 4 bits = ql[64h + 32(j%2) + l] >> 4(j//2), high 2 bits = qh[32h + l] >> 2j,
+    value = d * sc[8h + 2j + l//16] * (q - 32).
+    Words [BN, h, lw, c] with c = 2a + l//16 (a = j%2), l = 16(c%2) + 4lw + byte: the low
+    nibbles are j = a, the high ones j = a + 2, so a lane's scale index is 8h + 4nb + c."""
+    BN: tl.constexpr = rn.shape[0]
+    c4 = tl.arange(0, 4)
+    hh = tl.arange(0, 2)
+    lw = tl.arange(0, 4)
+    ql_off = kb // 8 + 16 * hh[:, None, None] + 4 * c4[None, None, :] + lw[None, :, None]
+    qh_off = kb // 16 + 8 * hh[:, None, None] + 4 * (c4 % 2)[None, None, :] + lw[None, :, None]
+    wq = tl.load(pl.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K8 + ql_off[None])
+    wh = tl.load(ph.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K16 + qh_off[None])
+    wh = wh >> (2 * (c4 // 2))[None, None, None, :]    # bits 8i + 4nb (2 of them): j = a + 2nb
+    sc = tl.load(psc + rn[:, None] * K16 + kb // 16 + tl.arange(0, 16)[None, :])
+    sc_lo, sc_hi = tl.split(tl.permute(tl.reshape(sc, [BN, 2, 2, 4]), (0, 1, 3, 2)))  # [BN, 2, 4]
+    a_lo, b_lo = _affine(d[:, :, None] * sc_lo.to(tl.float32), d[:, :, None] * sc_lo.to(tl.float32) * -32.0, 16, IEEE)
+    a_hi, b_hi = _affine(d[:, :, None] * sc_hi.to(tl.float32), d[:, :, None] * sc_hi.to(tl.float32) * -32.0, 12, IEEE)
+    if IEEE:
+        mg = _opaque(a_lo, 0x4B000000)[:, :, None, :]
+    else:
+        mg = _opaque(a_lo, 0x3F800000)[:, :, None, :]
+    a_lo = a_lo[:, :, None, :]
+    b_lo = b_lo[:, :, None, :]
+    a_hi = a_hi[:, :, None, :]
+    b_hi = b_hi[:, :, None, :]
+    kxw = tl.reshape(kb + 128 * hh[:, None, None] + 4 * lw[None, :, None]
+                     + (32 * (c4 // 2) + 16 * (c4 % 2))[None, None, :], [8, 4])
+    acc0, acc1, acc2, acc3 = _dot_words(
+        acc0, acc1, acc2, acc3,
+        tl.reshape(tl.fma(_fval(wq, wh, 0, 0, 2, IEEE, mg), a_lo, b_lo), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(wq, wh, 8, 8, 2, IEEE, mg), a_lo, b_lo), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(wq, wh, 16, 16, 2, IEEE, mg), a_lo, b_lo), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(wq, wh, 24, 24, 2, IEEE, mg), a_lo, b_lo), [BN, 8, 4]),
+        kxw, x_ptr, sxm, M, K, NMB, True, IEEE)
+    return _dot_words(
+        acc0, acc1, acc2, acc3,
+        tl.reshape(tl.fma(_fval(wq, wh, 4, 4, 2, IEEE, mg), a_hi, b_hi), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(wq, wh, 12, 12, 2, IEEE, mg), a_hi, b_hi), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(wq, wh, 20, 20, 2, IEEE, mg), a_hi, b_hi), [BN, 8, 4]),
+        tl.reshape(tl.fma(_fval(wq, wh, 28, 28, 2, IEEE, mg), a_hi, b_hi), [BN, 8, 4]),
+        kxw + 64, x_ptr, sxm, M, K, NMB, True, IEEE)
+
+
+@triton.jit
+def _kscales(pd, rn, kb, K256, SB: tl.constexpr):
+    """The f16 superblock scale of rows rn for superblocks kb/256 .. (+SB-1) as float32
+    [BN, 1] each (SB = 2: one 4-byte load per row, which the pipeliner can copy ahead)."""
+    if SB == 2:
+        dd = tl.load(pd + rn[:, None] * K256 + kb // 256 + tl.arange(0, 2)[None, :])
+        d0, d1 = tl.split(dd.to(tl.float32))
+        return d0[:, None], d1[:, None]
+    else:
+        d0 = tl.load(pd + rn[:, None] * K256 + kb // 256).to(tl.float32)
+        return d0, d0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,152 +443,62 @@ def _store(acc, o_ptr, row0, rn, M, N, som, sop, pid_s, SPLIT: tl.constexpr):
 @triton.jit
 def _packed_mm_kernel(
     x_ptr, o_ptr, p0, p1, p2, p3, p4, p5,
-    M, N, K, sxm, som, sop,
+    M, N, K, sxm, som, sop, K4, K8, K16, K32, K256,
     TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
-    EVEN_K: tl.constexpr, IEEE: tl.constexpr,
+    EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr,
 ):
+    """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
+    (SB superblocks for K-quants; SB = 1 for the 32-block types)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
     rn = tl.minimum(rn_out, N - 1)          # clamped rows: loads need no N mask
-    cdt = x_ptr.dtype.element_ty
 
-    acc0 = tl.zeros([16, BN], dtype=tl.float32)
-    acc1 = tl.zeros([16, BN], dtype=tl.float32)
-    acc2 = tl.zeros([16, BN], dtype=tl.float32)
-    acc3 = tl.zeros([16, BN], dtype=tl.float32)
+    acc0 = tl.zeros([BN, 16], dtype=tl.float32)
+    acc1 = tl.zeros([BN, 16], dtype=tl.float32)
+    acc2 = tl.zeros([BN, 16], dtype=tl.float32)
+    acc3 = tl.zeros([BN, 16], dtype=tl.float32)
 
-    t_lo = pid_s * TPS
-    nrow3 = rn[:, None, None]
-    nrow2 = rn[:, None]
-    j32 = tl.arange(0, 32)
-    j16 = tl.arange(0, 16)
     # the host picks a split count dividing the tile count: every split has TPS tiles (a
     # constexpr: a known trip count, and Triton 3.6's CPU interpreter cannot loop over a
     # runtime scalar with numpy >= 2.4)
     for i in range(0, TPS):
-        kb = (t_lo + i) * 256
+        kb = (pid_s * TPS + i) * (256 * SB)
         if QT == 0:
-            # Q8_0: qs int8 [N, K] (read as bytes), d f16 [N, K/32]
-            b8 = tl.arange(0, 8)
-            kk = kb + 32 * b8[:, None] + j32[None, :]                      # [8, 32]
-            blk = kb // 32 + b8                                             # [8]
-            if EVEN_K:
-                q = tl.load(p0 + nrow3 * K + kk[None, :, :])
-                d = tl.load(p1 + nrow2 * (K // 32) + blk[None, :])
-            else:
-                q = tl.load(p0 + nrow3 * K + kk[None, :, :], mask=(kk < K)[None, :, :], other=0)
-                d = tl.load(p1 + nrow2 * (K // 32) + blk[None, :],
-                            mask=(blk < K // 32)[None, :], other=0.0)
-            qf = _biased(q.to(tl.int32) ^ 0x80) - (_TWO23 + 128.0)        # exact int8 value
-            w = (qf * d.to(tl.float32)[:, :, None]).to(cdt)
-            acc0, acc1, acc2, acc3 = _dot_slices(
-                acc0, acc1, acc2, acc3, tl.reshape(w, [BN, 256]), tl.reshape(kk, [256]),
-                x_ptr, sxm, M, K, NMB, EVEN_K, IEEE)
-        elif QT == 1 or QT == 2:
-            # Q4_0 / Q4_1: qs [N, K/2], 16 bytes per 32-block: byte j = value j (low nibble)
-            # and value 16+j (high nibble); d (and m) f16 [N, K/32]
-            b8 = tl.arange(0, 8)
-            kk = kb + 32 * b8[:, None] + j16[None, :]                      # [8, 16] low-nibble k
-            blk = kb // 32 + b8
-            if EVEN_K:
-                q = tl.load(p0 + nrow3 * (K // 2) + (kb // 2 + 16 * b8[:, None] + j16[None, :])[None, :, :])
-                d = tl.load(p1 + nrow2 * (K // 32) + blk[None, :]).to(tl.float32)
-                if QT == 2:
-                    m = tl.load(p2 + nrow2 * (K // 32) + blk[None, :]).to(tl.float32)
-            else:
-                bm = (blk < K // 32)[None, :]
-                q = tl.load(p0 + nrow3 * (K // 2) + (kb // 2 + 16 * b8[:, None] + j16[None, :])[None, :, :],
-                            mask=bm[:, :, None], other=0)
-                d = tl.load(p1 + nrow2 * (K // 32) + blk[None, :], mask=bm, other=0.0).to(tl.float32)
-                if QT == 2:
-                    m = tl.load(p2 + nrow2 * (K // 32) + blk[None, :], mask=bm, other=0.0).to(tl.float32)
-            qi = q.to(tl.int32)
-            if QT == 1:
-                lo = (_biased(qi & 15) - (_TWO23 + 8.0)) * d[:, :, None]
-                hi = (_biased(qi >> 4) - (_TWO23 + 8.0)) * d[:, :, None]
-            else:
-                lo = tl.fma(_biased(qi & 15) - _TWO23, d[:, :, None], m[:, :, None])
-                hi = tl.fma(_biased(qi >> 4) - _TWO23, d[:, :, None], m[:, :, None])
-            acc0, acc1, acc2, acc3 = _dot_slices(
-                acc0, acc1, acc2, acc3, tl.reshape(lo.to(cdt), [BN, 128]), tl.reshape(kk, [128]),
-                x_ptr, sxm, M, K, NMB, EVEN_K, IEEE)
-            acc0, acc1, acc2, acc3 = _dot_slices(
-                acc0, acc1, acc2, acc3, tl.reshape(hi.to(cdt), [BN, 128]), tl.reshape(kk + 16, [128]),
-                x_ptr, sxm, M, K, NMB, EVEN_K, IEEE)
-        elif QT == 3 or QT == 4:
-            # Q4_K / Q5_K: qs [N, K/2], per superblock 4 chunks of 32 bytes; chunk c byte j:
-            # low nibble = value 64c+j (sub-block 2c), high nibble = value 64c+32+j (2c+1).
-            # Q5_K: qh [N, K/8], 32 bytes per superblock: bit s of byte j is the 5th bit of
-            # value 32s+j. d, dmin f16 [N, K/256]; sc, mn u8 [N, K/32].
-            c4 = tl.arange(0, 4)
-            kk = kb + 64 * c4[:, None] + j32[None, :]                       # [4, 32] low-nibble k
-            q = tl.load(p0 + nrow3 * (K // 2) + (kb // 2 + 32 * c4[:, None] + j32[None, :])[None, :, :])
-            qi = q.to(tl.int32)
-            if QT == 3:
-                pd = p1
-                pdm = p2
-                psc = p3
-                pmn = p4
-                qlo = qi & 15
-                qhi = qi >> 4
-            else:
-                h = tl.load(p1 + nrow3 * (K // 8) + (kb // 8 + j32)[None, None, :]).to(tl.int32)
-                h = h >> (2 * c4)[None, :, None]
-                qlo = (qi & 15) | ((h & 1) << 4)
-                qhi = (qi >> 4) | ((h & 2) << 3)
-                pd = p2
-                pdm = p3
-                psc = p4
-                pmn = p5
-            d = tl.load(pd + nrow2 * (K // 256) + kb // 256).to(tl.float32)      # [BN, 1]
-            dm = tl.load(pdm + nrow2 * (K // 256) + kb // 256).to(tl.float32)
-            sub = kb // 32 + 2 * c4                                             # [4]
-            sc_lo = tl.load(psc + nrow2 * (K // 32) + sub[None, :]).to(tl.float32)
-            sc_hi = tl.load(psc + nrow2 * (K // 32) + sub[None, :] + 1).to(tl.float32)
-            mn_lo = tl.load(pmn + nrow2 * (K // 32) + sub[None, :]).to(tl.float32)
-            mn_hi = tl.load(pmn + nrow2 * (K // 32) + sub[None, :] + 1).to(tl.float32)
-            # gguf: (d * sc) * q - (dmin * m): the products are exact, one rounding; fma too
-            lo = tl.fma(_biased(qlo) - _TWO23, (d * sc_lo)[:, :, None], -(dm * mn_lo)[:, :, None])
-            hi = tl.fma(_biased(qhi) - _TWO23, (d * sc_hi)[:, :, None], -(dm * mn_hi)[:, :, None])
-            acc0, acc1, acc2, acc3 = _dot_slices(
-                acc0, acc1, acc2, acc3, tl.reshape(lo.to(cdt), [BN, 128]), tl.reshape(kk, [128]),
-                x_ptr, sxm, M, K, NMB, True, IEEE)
-            acc0, acc1, acc2, acc3 = _dot_slices(
-                acc0, acc1, acc2, acc3, tl.reshape(hi.to(cdt), [BN, 128]), tl.reshape(kk + 32, [128]),
-                x_ptr, sxm, M, K, NMB, True, IEEE)
+            acc0, acc1, acc2, acc3 = _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, p0, p1, rn, kb,
+                                                M, K, sxm, K4, K32, NMB, EVEN_K, IEEE)
+        elif QT == 1:
+            acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p1, rn, kb,
+                                                 M, K, sxm, K8, K32, False, NMB, EVEN_K, IEEE)
+        elif QT == 2:
+            acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,
+                                                 M, K, sxm, K8, K32, True, NMB, EVEN_K, IEEE)
+        elif QT == 3:
+            # Q4_K planes: qs, d, dmin, sc, mn
+            d0, d1 = _kscales(p1, rn, kb, K256, SB)
+            m0, m1 = _kscales(p2, rn, kb, K256, SB)
+            acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p3, p4,
+                                              d0, m0, rn, kb, M, K, sxm, K8, K32, False, NMB, IEEE)
+            if SB == 2:
+                acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p3, p4,
+                                                  d1, m1, rn, kb + 256, M, K, sxm, K8, K32, False, NMB, IEEE)
+        elif QT == 4:
+            # Q5_K planes: qs, qh, d, dmin, sc, mn
+            d0, d1 = _kscales(p2, rn, kb, K256, SB)
+            m0, m1 = _kscales(p3, rn, kb, K256, SB)
+            acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p4, p5,
+                                              d0, m0, rn, kb, M, K, sxm, K8, K32, True, NMB, IEEE)
+            if SB == 2:
+                acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p4, p5,
+                                                  d1, m1, rn, kb + 256, M, K, sxm, K8, K32, True, NMB, IEEE)
         else:
-            # Q6_K: ql [N, K/2] (128 bytes per superblock), qh [N, K/4] (64), sc i8 [N, K/16],
-            # d f16 [N, K/256]. Value 128h + 32j + l (half h, j 0..3, l 0..31):
-            #   low 4 bits = ql[64h + 32(j%2) + l] >> 4(j//2), high 2 bits = qh[32h + l] >> 2j,
-            #   scale sc[(128h + 32j + l) // 16]; value = d * sc * (q - 32).
-            # Tile axes: g = 2h + a (a = j%2, ql chunk g), l = 16 l1 + l0.
-            g4 = tl.arange(0, 4)
-            l2 = tl.arange(0, 2)
-            ql_off = kb // 2 + 32 * g4[:, None, None] + 16 * l2[None, :, None] + j16[None, None, :]
-            qh_off = kb // 4 + 32 * (g4 // 2)[:, None, None] + 16 * l2[None, :, None] + j16[None, None, :]
-            b = tl.load(p0 + rn[:, None, None, None] * (K // 2) + ql_off[None, :, :, :]).to(tl.int32)
-            h = tl.load(p1 + rn[:, None, None, None] * (K // 4) + qh_off[None, :, :, :]).to(tl.int32)
-            a = g4 % 2
-            hg = h >> (2 * a)[None, :, None, None]
-            qlo = (b & 15) | ((hg & 3) << 4)
-            qhi = (b >> 4) | ((hg & 48))                    # bits (2a+4, 2a+5) -> 4, 5
-            # value index in the superblock: lo 128h + 32a + l, hi +64; scale index /16
-            s_lo_idx = kb // 16 + 8 * (g4 // 2)[:, None] + 2 * a[:, None] + l2[None, :]   # [4, 2]
-            d = tl.load(p3 + nrow2 * (K // 256) + kb // 256).to(tl.float32)            # [BN, 1]
-            sc_lo = tl.load(p2 + rn[:, None, None] * (K // 16) + s_lo_idx[None, :, :]).to(tl.float32)
-            sc_hi = tl.load(p2 + rn[:, None, None] * (K // 16) + s_lo_idx[None, :, :] + 4).to(tl.float32)
-            s_lo = (d[:, :, None] * sc_lo)[:, :, :, None]
-            s_hi = (d[:, :, None] * sc_hi)[:, :, :, None]
-            lo = (_biased(qlo) - (_TWO23 + 32.0)) * s_lo
-            hi = (_biased(qhi) - (_TWO23 + 32.0)) * s_hi
-            kk = kb + 128 * (g4 // 2)[:, None, None] + 32 * a[:, None, None] + 16 * l2[None, :, None] + j16[None, None, :]
-            acc0, acc1, acc2, acc3 = _dot_slices(
-                acc0, acc1, acc2, acc3, tl.reshape(lo.to(cdt), [BN, 128]), tl.reshape(kk, [128]),
-                x_ptr, sxm, M, K, NMB, True, IEEE)
-            acc0, acc1, acc2, acc3 = _dot_slices(
-                acc0, acc1, acc2, acc3, tl.reshape(hi.to(cdt), [BN, 128]), tl.reshape(kk + 64, [128]),
-                x_ptr, sxm, M, K, NMB, True, IEEE)
+            # Q6_K planes: ql, qh, sc, d
+            d0, d1 = _kscales(p3, rn, kb, K256, SB)
+            acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, d0,
+                                             rn, kb, M, K, sxm, K8, K16, NMB, IEEE)
+            if SB == 2:
+                acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, d1,
+                                                 rn, kb + 256, M, K, sxm, K8, K16, NMB, IEEE)
 
     _store(acc0, o_ptr, 0, rn_out, M, N, som, sop, pid_s, SPLIT)
     if NMB > 1:
@@ -319,29 +532,51 @@ def _sm_count(device_index: int) -> int:
         return 16
 
 
+_KQUANTS = ("Q4_K", "Q5_K", "Q6_K")
+
+
+def _wave_eff(programs: int, sms: int) -> float:
+    return programs / (triton.cdiv(programs, sms) * sms)
+
+
 @functools.lru_cache(maxsize=None)
-def kernel_config(qtype: str, n: int, k: int, sms: int) -> dict:
+def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
+    sb = 2 if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
+    n_tiles = triton.cdiv(k, 256 * sb)
+    if triton.cdiv(n, 128) >= sms // 2:
+        cfg = {"BN": 128, "num_warps": 8, "num_stages": 3}
+    else:
+        cfg = {"BN": 64, "num_warps": 4, "num_stages": 3}
+    cfg.update(dict(override))
+    n_blocks = triton.cdiv(n, cfg["BN"])
+    if "splits" not in cfg:
+        # Split K only when the row blocks alone leave SMs idle: the partial sums cost
+        # S * M * N * 8 bytes of traffic. The count divides the tile count (equal splits).
+        splits = 1
+        if n_blocks < sms:
+            for s in range(2, min(n_tiles, 16) + 1):
+                if n_tiles % s == 0 and n_blocks * (s // 2 if s > 2 else 1) < sms and \
+                        _wave_eff(n_blocks * s, sms) > _wave_eff(n_blocks * splits, sms) + 0.02:
+                    splits = s
+        cfg["splits"] = splits
+    if n_tiles % cfg["splits"]:
+        raise ValueError(f"splits={cfg['splits']} does not divide {n_tiles} tiles")
+    cfg.update(SB=sb, n_tiles=n_tiles, tiles_per_split=n_tiles // cfg["splits"])
+    return cfg
+
+
+def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
     """The launch configuration of a shape: a function of (qtype, N, K, SM count) only, never
-    of the number of activation rows (that is what makes the result row-invariant)."""
-    bn = 64
-    n_blocks = triton.cdiv(n, bn)
-    n_tiles = triton.cdiv(k, BK)
-    splits = 1
-    target = 2 * sms
-    if n_blocks < target:
-        want = max(1, target // n_blocks)
-        # the largest divisor of n_tiles not above want: every split gets the same tile count
-        splits = max(s for s in range(1, min(want, n_tiles) + 1) if n_tiles % s == 0)
-    tiles_per_split = n_tiles // splits
-    return {"BN": bn, "num_warps": 4, "num_stages": 3, "splits": splits,
-            "tiles_per_split": tiles_per_split, "n_tiles": n_tiles}
+    of the number of activation rows (that is what makes the result row-invariant).
+    ``override`` (BN, num_warps, num_stages, splits) is for benchmarks."""
+    return dict(_config(qtype, n, k, sms, tuple(sorted(override.items()))))
 
 
-def packed_matmul(x: torch.Tensor, w) -> torch.Tensor:
+def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
     """``x @ dequant(w).T`` for ``x`` [..., K] (bf16/fp16/fp32, on the GPU, or on the CPU under
     ``TRITON_INTERPRET=1``) and a packed weight ``w`` (``.qtype``, ``.shape`` (N, K),
-    ``.planes``). Returns [..., N] in ``x.dtype``."""
-    qtype = str(w.qtype).upper().split(".")[-1]
+    ``.planes``). Returns [..., N] in ``x.dtype``. ``override``: see ``kernel_config``."""
+    qtype = getattr(w.qtype, "name", str(w.qtype)).upper().split(".")[-1]
     if qtype not in _CODES:
         raise NotImplementedError(f"packed_matmul: no Triton kernel for {qtype}")
     n, k = (int(s) for s in w.shape)
@@ -368,10 +603,10 @@ def packed_matmul(x: torch.Tensor, w) -> torch.Tensor:
         planes[0] = planes[0].view(torch.uint8)
     if qtype == "Q6_K":
         planes[2] = planes[2].view(torch.int8)
-    dev_index = x.device.index if x.device.type == "cuda" else -1
-    cfg = kernel_config(qtype, n, k, _sm_count(dev_index) if dev_index >= 0 else 16)
+    sms = _sm_count(x.device.index or 0) if x.device.type == "cuda" else 16
+    cfg = kernel_config(qtype, n, k, sms, **override)
     splits = cfg["splits"]
-    even_k = k % BK == 0
+    even_k = k % 256 == 0
     ieee = x.dtype == torch.float32
     grid = (triton.cdiv(n, cfg["BN"]), splits)
     for r0 in range(0, m_all, MAX_ROWS):
@@ -379,7 +614,6 @@ def packed_matmul(x: torch.Tensor, w) -> torch.Tensor:
         m = r1 - r0
         xc = x2[r0:r1]
         oc = out[r0:r1]
-        nmb = triton.cdiv(m, 16)
         if splits > 1:
             ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
             dst, sop = ws, ws.stride(0)
@@ -387,7 +621,9 @@ def packed_matmul(x: torch.Tensor, w) -> torch.Tensor:
             dst, sop = oc, 0
         _packed_mm_kernel[grid](
             xc, dst, *planes, m, n, k, xc.stride(0), dst.stride(-2), sop,
-            TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=nmb, SPLIT=splits > 1, EVEN_K=even_k, IEEE=ieee,
+            k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (JIT-specialized)
+            TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=triton.cdiv(m, 16),
+            SPLIT=splits > 1, EVEN_K=even_k, IEEE=ieee, SB=cfg["SB"],
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
         if splits > 1:

@@ -1,0 +1,196 @@
+"""The Triton packed-weight matmul, run by Triton's CPU interpreter (``TRITON_INTERPRET=1``).
+
+Skipped when triton is not installed (it is not a dependency; CI has none). The kernels are
+the GPU ones, executed op by op on CPU tensors: every GGUF type against a float32
+``x @ dequant(W).T``, and row invariance (row r of an M-row call is bit-identical to the same
+row in calls with other M, including a 1-row call) for M in {1, 2, 3, 17, 64}.
+
+The interpreter must be chosen before triton is first imported (triton.language's own jitted
+helpers are built at import), which another test may already have done in this process; so
+the parent run only starts a child pytest on this file with ``TRITON_INTERPRET=1`` and checks
+that it passed, and the real tests run in that child.
+The interpreter's ``tl.dot`` multiplies bfloat16 as raw integers (an interpreter gap), so the
+activations here are float32 and float16; bfloat16 is checked on the GPU by
+bench/bench_packed_matmul.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+
+_CHILD = os.environ.get("SPECSCOPE_TRITON_INTERPRET_CHILD") == "1"
+child_only = pytest.mark.skipif(not _CHILD, reason="runs in the interpreter child process")
+
+from gguf import GGMLQuantizationType as _T  # noqa: E402
+from gguf import quants as _gq  # noqa: E402
+from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
+
+TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+
+
+@pytest.mark.skipif(_CHILD, reason="this is the child")
+def test_kernels_in_the_triton_interpreter():
+    """Run this file's tests in a fresh process with the interpreter on."""
+    env = dict(os.environ, TRITON_INTERPRET="1", SPECSCOPE_TRITON_INTERPRET_CHILD="1")
+    root = Path(__file__).resolve().parents[3]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        str(Path(__file__).resolve())],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-3000:]
+
+
+@pytest.fixture(scope="module")
+def tk():
+    """engine.weights.triton_kernels, its kernels built for the interpreter (child only)."""
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    import engine.weights.triton_kernels as mod
+    return mod
+
+
+# ---------------------------------------------------------------------------------------------
+# random valid weights
+
+
+def _raw_blocks(qtype: str, n: int, k: int, rng) -> np.ndarray:
+    """Random GGUF blocks (uint8 [n, bytes_per_row]): random quant bytes, sane f16 scales."""
+    bs, ts = GGML_QUANT_SIZES[_T[qtype]]
+    nb = k // bs
+    raw = rng.integers(0, 256, size=(n, nb, ts), dtype=np.uint8)
+
+    def f16(off, lo, hi):
+        v = rng.uniform(lo, hi, size=(n, nb)).astype(np.float16)
+        raw[:, :, off:off + 2] = v.view(np.uint8).reshape(n, nb, 2)
+
+    if qtype == "Q8_0":
+        f16(0, 1e-3, 1e-2)
+    elif qtype == "Q4_0":
+        f16(0, 1e-2, 2e-2)
+    elif qtype == "Q4_1":
+        f16(0, 1e-2, 2e-2)
+        f16(2, -0.1, 0.0)
+    elif qtype in ("Q4_K", "Q5_K"):
+        f16(0, 1e-3, 3e-3)
+        f16(2, 1e-3, 3e-3)
+    elif qtype == "Q6_K":
+        f16(208, 1e-4, 3e-4)
+    return raw.reshape(n, nb * ts)
+
+
+def _own_planes(raw: np.ndarray, qtype: str, n: int, k: int) -> dict:
+    """The packed plane layout built directly (used when engine.weights.packed is absent)."""
+    bs, ts = GGML_QUANT_SIZES[_T[qtype]]
+    nb = k // bs
+    b = raw.reshape(n, nb, ts)
+
+    def f16(o):
+        return np.ascontiguousarray(b[:, :, o:o + 2]).view(np.float16).reshape(n, nb)
+
+    def field(lo, hi):
+        return np.ascontiguousarray(b[:, :, lo:hi]).reshape(n, -1)
+
+    if qtype == "Q8_0":
+        p = {"d": f16(0), "qs": field(2, 34).view(np.int8)}
+    elif qtype == "Q4_0":
+        p = {"d": f16(0), "qs": field(2, 18)}
+    elif qtype == "Q4_1":
+        p = {"d": f16(0), "m": f16(2), "qs": field(4, 20)}
+    elif qtype in ("Q4_K", "Q5_K"):
+        sc, mn = _gq.Q4_K.get_scale_min(np.ascontiguousarray(b[:, :, 4:16]).reshape(n * nb, 12))
+        p = {"d": f16(0), "dmin": f16(2),
+             "sc": sc.reshape(n, nb * 8).astype(np.uint8), "mn": mn.reshape(n, nb * 8).astype(np.uint8)}
+        if qtype == "Q4_K":
+            p["qs"] = field(16, 144)
+        else:
+            p["qh"] = field(16, 48)
+            p["qs"] = field(48, 176)
+    else:
+        p = {"ql": field(0, 128), "qh": field(128, 192), "sc": field(192, 208).view(np.int8),
+             "d": f16(208)}
+    return {name: torch.from_numpy(np.ascontiguousarray(v)) for name, v in p.items()}
+
+
+class _W:
+    def __init__(self, qtype, shape, planes):
+        self.qtype, self.shape, self.planes = qtype, shape, planes
+
+
+def _weight(qtype: str, n: int, k: int, seed: int = 0):
+    """(packed weight, float32 reference dequantization [n, k]) for random blocks."""
+    rng = np.random.default_rng(seed)
+    raw = _raw_blocks(qtype, n, k, rng)
+    ref = torch.from_numpy(_gq.dequantize(raw, _T[qtype]).reshape(n, k).copy())
+    try:
+        from engine.weights.packed import pack
+    except ImportError:
+        return _W(qtype, (n, k), _own_planes(raw, qtype, n, k)), ref
+    return pack(torch.from_numpy(raw), qtype), ref
+
+
+def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.double() - want.double()).abs().max() / want.double().abs().max()).item()
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@child_only
+@pytest.mark.parametrize("qtype", TYPES)
+def test_matches_float32_reference_and_is_row_invariant(tk, qtype):
+    n, k = 96, 512                      # K-quants: two superblocks, the paired-scale path
+    w, ref = _weight(qtype, n, k)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, k, generator=g)
+
+    # float32 activations: exact fp32 FMAs (no TF32), weights dequantized exactly
+    y32 = tk.packed_matmul(x[:3], w)
+    assert y32.dtype == torch.float32 and y32.shape == (3, n)
+    assert _rel_err(y32, x[:3] @ ref.T) < 1e-5
+
+    # float16 activations: weights rounded to fp16 in registers, fp32 accumulation
+    xh = x.half()
+    y = {m: tk.packed_matmul(xh[:m], w) for m in (64, 17, 3, 2, 1)}
+    assert y[64].dtype == torch.float16 and y[64].shape == (64, n)
+    want = xh.float() @ ref.T
+    assert _rel_err(y[64], want) < 5e-3
+    # row invariance, bit for bit: every M agrees with the 64-row call on its rows, and rows
+    # from the second and fourth 16-row slices agree with 1-row calls
+    for m in (17, 3, 2, 1):
+        assert torch.equal(y[m], y[64][:m]), f"M={m}"
+    for r in (16, 63):
+        assert torch.equal(tk.packed_matmul(xh[r:r + 1], w), y[64][r:r + 1]), f"row {r}"
+
+
+@child_only
+def test_split_k_and_odd_shapes(tk):
+    """A shape that splits K (few row blocks), an N that is not a multiple of the row block,
+    an odd superblock count (one superblock per step), a 32-block type with K % 256 != 0."""
+    for qtype, n, k, over in (("Q4_K", 40, 1024, {"splits": 2}), ("Q6_K", 24, 768, {}),
+                              ("Q4_1", 40, 288, {})):
+        w, ref = _weight(qtype, n, k, seed=3)
+        x = torch.randn(5, k, generator=torch.Generator().manual_seed(2))
+        cfg = tk.kernel_config(qtype, n, k, 16, **over)
+        y = tk.packed_matmul(x, w, **over)
+        assert _rel_err(y, x @ ref.T) < 1e-5, (qtype, cfg)
+        assert torch.equal(tk.packed_matmul(x[2:3], w, **over), y[2:3]), (qtype, cfg)
+    assert tk.kernel_config("Q4_K", 40, 1024, 16, splits=2)["splits"] == 2
+
+
+@child_only
+def test_config_does_not_depend_on_rows(tk):
+    """The launch configuration is a function of the weight shape only (row invariance)."""
+    import inspect
+    assert "m" not in inspect.signature(tk.kernel_config).parameters
+    cfg = tk.kernel_config("Q4_K", 28672, 8192, 132)
+    assert cfg["splits"] >= 1 and cfg["n_tiles"] % cfg["splits"] == 0
