@@ -91,15 +91,31 @@ def f16_field(blk: torch.Tensor, off: int) -> torch.Tensor:
     return blk[..., off:off + 2].contiguous().view(torch.float16).to(torch.float32)
 
 
-def f16_to_f32(h: torch.Tensor) -> torch.Tensor:
+def f16_to_f32(h: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """float16 -> float32 like numpy: exact, and NaN payloads kept (torch's own conversion
     canonicalises NaNs on CPU). Only the NaN positions take the slow path."""
-    out = h.to(torch.float32)
+    if out is None:
+        out = h.to(torch.float32)
+    else:
+        out.copy_(h)
     nan = torch.isnan(out)
     if bool(nan.any()):
         bits = h[nan].view(torch.int16).to(torch.int32)
         fixed = ((bits & 0x8000) << 16) | 0x7F800000 | ((bits & 0x03FF) << 13)
         out[nan] = fixed.view(torch.float32)
+    return out
+
+
+def _f16_rows(h: torch.Tensor) -> torch.Tensor:
+    """f16_to_f32 over a [rows, cols] tensor; on CPU in row chunks, so the NaN check reads
+    the chunk while it is still in cache."""
+    if h.device.type != "cpu":
+        return f16_to_f32(h)
+    rows, cols = h.shape
+    out = torch.empty((rows, cols), dtype=torch.float32)
+    step = chunk_rows(cols)
+    for r0 in range(0, rows, step):
+        f16_to_f32(h[r0:r0 + step], out=out[r0:r0 + step])
     return out
 
 
@@ -363,7 +379,7 @@ def dequantize(raw: torch.Tensor, qtype) -> torch.Tensor:
     if qt == GGMLQuantizationType.F32:
         out = raw.view(torch.float32)
     elif qt == GGMLQuantizationType.F16:
-        out = f16_to_f32(raw.view(torch.float16))
+        out = _f16_rows(raw.view(torch.float16))
     elif qt == GGMLQuantizationType.BF16:
         out = raw.view(torch.bfloat16).to(torch.float32)
     else:

@@ -139,21 +139,26 @@ def sweep(ms, skip, reps, cpu_fast_linear, prepare_cpu) -> None:
     if prepare_cpu is not None:
         builders["cpu_fast"] = lambda n, k, raw: (lambda cw: lambda x: cpu_fast_linear(x, cw))(
             prepare_cpu(pack(raw, "Q4_1")))
-    for label, build in builders.items():
-        if label in skip:
-            continue
-        fns = [(k, build(n, k, raw)) for n, k, raw in ws]
-        row = []
-        for m in ms:
-            xs = {k: torch.randn(m, k) for k in (576, 1536)}
-
-            def step():
+    # methods are timed interleaved (one step of each in turn) so that load from other
+    # processes on the machine hits them all alike
+    built = {label: [(k, build(n, k, raw)) for n, k, raw in ws]
+             for label, build in builders.items() if label not in skip}
+    for m in ms:
+        xs = {k: torch.randn(m, k) for k in (576, 1536)}
+        times: dict[str, list[float]] = {label: [] for label in built}
+        for rep in range(reps + 2):
+            for label, fns in built.items():
+                t = time.perf_counter()
                 for k, fn in fns:
                     fn(xs[k])
-            row.append(f"M={m}: {median_us(step, reps) / 1e3:8.2f}")
-        print(f"sweep {label:9s} " + "  ".join(row), flush=True)
-        del fns
-
+                if rep >= 2:
+                    times[label].append(time.perf_counter() - t)
+        f32 = statistics.median(times["f32"]) if "f32" in times else None
+        for label, ts in times.items():
+            med = statistics.median(ts) * 1e3
+            ratio = f"  ({f32 * 1e3 / med:4.2f}x f32)" if f32 else ""
+            print(f"sweep M={m} {label:9s} median {med:8.2f} ms  min {min(ts) * 1e3:8.2f} ms{ratio}",
+                  flush=True)
 
 if __name__ == "__main__":
     main()
