@@ -440,7 +440,7 @@ def _kscales(pd, rn, kb, K256, SB: tl.constexpr):
 # the kernel
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])   # one compiled kernel per row-slice count, whatever M
 def _packed_mm_kernel(
     x_ptr, o_ptr, p0, p1, p2, p3, p4, p5,
     M, N, K, sxm, som, sop, K4, K8, K16, K32, K256,
