@@ -193,6 +193,29 @@ def main() -> None:
         torch.cuda.empty_cache()
         return row
 
+    # -- the big Q4_K matrix, default config and the sweep ---------------------------------
+    if BIG[0] in types:
+        qt, n, k = BIG
+        w = make_weight(qt, n, k, seed=9)
+        res["big"]["check"] = check(qt, n, k, w)
+        del w
+        res["big"]["default"] = time_shape(qt, n, k)
+        res["big"]["config"] = tk.kernel_config(qt, n, k, sms)
+        r = res["big"]["default"]
+        print(f"BIG {qt} {n}x{k}: " + " ".join(f"M{m} {r['us'][m]:.1f}us {r['pct_peak'][m]:.0f}%" for m in MS)
+              + f" | cfg {res['big']['config']} | check {res['big']['check']}", flush=True)
+        for o in sweep:
+            try:
+                rr = time_shape(qt, n, k, ms=(1, 8, 32), override=o, with_linear=False)
+                res["sweep"].append({"override": dict(o), "us": rr["us"], "pct_peak": rr["pct_peak"]})
+                print(f"   sweep {dict(o)}: " + " ".join(f"M{m} {rr['us'][m]:.1f}us {rr['pct_peak'][m]:.0f}%"
+                                                     for m in (1, 8, 32)), flush=True)
+            except Exception as e:  # noqa: BLE001 - a config that does not fit is reported
+                res["sweep"].append({"override": dict(o), "error": repr(e)[:300]})
+                print(f"   sweep {dict(o)}: {e!r}"[:300], flush=True)
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+
     # -- per type: correctness, invariance, timing ---------------------------------------
     for qt in types:
         tres = {"check": {}, "time": {}}
@@ -236,26 +259,6 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
 
-    # -- the big Q4_K matrix, default config and the sweep ---------------------------------
-    if BIG[0] in types:
-        qt, n, k = BIG
-        w = make_weight(qt, n, k, seed=9)
-        res["big"]["check"] = check(qt, n, k, w)
-        del w
-        res["big"]["default"] = time_shape(qt, n, k)
-        res["big"]["config"] = tk.kernel_config(qt, n, k, sms)
-        r = res["big"]["default"]
-        print(f"BIG {qt} {n}x{k}: " + " ".join(f"M{m} {r['us'][m]:.1f}us {r['pct_peak'][m]:.0f}%" for m in MS)
-              + f" | cfg {res['big']['config']} | check {res['big']['check']}", flush=True)
-        for o in sweep:
-            try:
-                rr = time_shape(qt, n, k, ms=(1, 8, 32), override=o, with_linear=False)
-                res["sweep"].append({"override": dict(o), "us": rr["us"], "pct_peak": rr["pct_peak"]})
-                print(f"   sweep {dict(o)}: " + " ".join(f"M{m} {rr['us'][m]:.1f}us {rr['pct_peak'][m]:.0f}%"
-                                                     for m in (1, 8, 32)), flush=True)
-            except Exception as e:  # noqa: BLE001 - a config that does not fit is reported
-                res["sweep"].append({"override": dict(o), "error": repr(e)[:300]})
-                print(f"   sweep {dict(o)}: {e!r}"[:300], flush=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
     print("wrote", args.out)
