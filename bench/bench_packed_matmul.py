@@ -147,10 +147,14 @@ def _warm_job(job):
     w = make_weight(qtype, n, k)
     x = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
     t0 = time.time()
+    err = None
     for m in (1, 17, 33, 49):
-        tk.packed_matmul(x[:m], w, **dict(override))
+        try:
+            tk.packed_matmul(x[:m], w, **dict(override))
+        except Exception as e:  # noqa: BLE001 - reported, the rest goes on
+            err = f"M={m}: {e!r}"[:300]
     torch.cuda.synchronize()
-    return qtype, n, k, override, time.time() - t0
+    return qtype, n, k, override, err, time.time() - t0
 
 
 def graph_time_us(fns, reps: int = 7) -> float:
@@ -185,7 +189,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 4))
-    ap.add_argument("--sweep", default="BN=64:num_warps=4;BN=128:num_warps=8:num_stages=4;BN=256:num_warps=8",
+    ap.add_argument("--sweep", default="BN=64:num_warps=4;BN=128:num_warps=8:num_stages=2;"
+                    "BN=256:num_warps=8:num_stages=2;BN=128:num_warps=8:splits=2",
                     help="extra configs for the big Q4_K matrix (';'-separated, ':'-joined k=v)")
     ap.add_argument("--layers", type=int, default=3, help="distinct layers in the layer timing")
     ap.add_argument("--budget", type=float, default=1e9, help="stop starting new types after this many s")
@@ -220,6 +225,10 @@ def main() -> None:
     res["compile_s"] = time.time() - t0
     print(f"compiled {len(jobs)} shape configs in {res['compile_s']:.1f}s "
           f"(slowest {max(w[-1] for w in warm):.1f}s)", flush=True)
+    res["compile_errors"] = [list(w[:5]) for w in warm if w[4]]
+    for w in warm:
+        if w[4]:
+            print("COMPILE/LAUNCH ERROR", w[:5], flush=True)
 
     gen = torch.Generator(device="cuda").manual_seed(123)
     x64 = torch.randn(64, 12288, device="cuda", generator=gen).to(torch.bfloat16)
@@ -267,14 +276,18 @@ def main() -> None:
     # -- the big Q4_K matrix, default config and the sweep ---------------------------------
     if BIG[0] in types:
         qt, n, k = BIG
-        w = make_weight(qt, n, k, seed=9)
-        res["big"]["check"] = check(qt, n, k, w)
-        del w
-        res["big"]["default"] = time_shape(qt, n, k)
-        res["big"]["config"] = tk.kernel_config(qt, n, k, sms)
-        r = res["big"]["default"]
-        print(f"BIG {qt} {n}x{k}: " + " ".join(f"M{m} {r['us'][m]:.1f}us {r['pct_peak'][m]:.0f}%" for m in MS)
-              + f" | cfg {res['big']['config']} | check {res['big']['check']}", flush=True)
+        try:
+            w = make_weight(qt, n, k, seed=9)
+            res["big"]["check"] = check(qt, n, k, w)
+            del w
+            res["big"]["default"] = time_shape(qt, n, k)
+            res["big"]["config"] = tk.kernel_config(qt, n, k, sms)
+            r = res["big"]["default"]
+            print(f"BIG {qt} {n}x{k}: " + " ".join(f"M{m} {r['us'][m]:.1f}us {r['pct_peak'][m]:.0f}%" for m in MS)
+                  + f" | cfg {res['big']['config']} | check {res['big']['check']}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            res["big"]["error"] = repr(e)[:500]
+            print("BIG ERROR", repr(e)[:500], flush=True)
         for o in sweep:
             try:
                 rr = time_shape(qt, n, k, ms=(1, 8, 32), override=o, with_linear=False)
@@ -287,12 +300,7 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
 
-    # -- per type: correctness, invariance, timing ---------------------------------------
-    for qt in types:
-        if time.time() - t_start > args.budget:
-            print(f"budget reached, skipping {qt} and later types", flush=True)
-            res.setdefault("skipped", []).append(qt)
-            continue
+    def run_type(qt):
         tres = {"check": {}, "time": {}}
         for name, (n, k) in LAYER.items():
             if name in ("v", "o", "up"):            # same shapes as k, q, gate
@@ -331,6 +339,26 @@ def main() -> None:
             print(f"   {key}: " + " ".join(f"M{m} {row['us'][m]:.1f}us/{row['pct_peak'][m]:.0f}%" for m in (1, 2, 32, 64))
                   + "  | bf16 linear " + " ".join(f"M{m} {row['linear_bf16_us'][m]:.1f}" for m in (1, 32, 64)),
                   flush=True)
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print("wrote", args.out)
+
+    # -- per type: correctness, invariance, timing ---------------------------------------
+    for qt in types:
+        if time.time() - t_start > args.budget:
+            print(f"budget reached, skipping {qt} and later types", flush=True)
+            res.setdefault("skipped", []).append(qt)
+            continue
+        try:
+            run_type(qt)
+        except Exception as e:  # noqa: BLE001 - reported, the other types go on
+            import traceback
+            res.setdefault("errors", {})[qt] = traceback.format_exc()[-2000:]
+            print(f"{qt}: ERROR {e!r}"[:400], flush=True)
+            torch.cuda.empty_cache()
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
 

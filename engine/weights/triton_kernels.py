@@ -543,7 +543,7 @@ def _wave_eff(programs: int, sms: int) -> float:
 def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     sb = 2 if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
     n_tiles = triton.cdiv(k, 256 * sb)
-    if triton.cdiv(n, 128) >= sms // 2:
+    if triton.cdiv(n, 128) >= sms // 2 and qtype not in ("Q5_K", "Q6_K"):
         cfg = {"BN": 128, "num_warps": 8, "num_stages": 3}
     else:
         cfg = {"BN": 64, "num_warps": 4, "num_stages": 3}
@@ -562,6 +562,10 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     if n_tiles % cfg["splits"]:
         raise ValueError(f"splits={cfg['splits']} does not divide {n_tiles} tiles")
     cfg.update(SB=sb, n_tiles=n_tiles, tiles_per_split=n_tiles // cfg["splits"])
+    # The x tiles of every 16-row slice are staged in shared memory for each pipeline stage,
+    # so 3-4 slices get one stage fewer. Pipeline depth only changes when loads are issued,
+    # not any arithmetic or its order: rows stay bit-identical across M.
+    cfg.setdefault("num_stages_wide", max(1, cfg["num_stages"] - 1))
     return cfg
 
 
@@ -624,7 +628,8 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
             k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (JIT-specialized)
             TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=triton.cdiv(m, 16),
             SPLIT=splits > 1, EVEN_K=even_k, IEEE=ieee, SB=cfg["SB"],
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"],
         )
         if splits > 1:
             mn = m * n
