@@ -18,19 +18,26 @@ import time
 from typing import Any, Iterator
 
 
-from engine.speculation import events as E
-from engine.cost.probe import card_profile
 from engine.cost.chooser import ArFloor, Choice, WindowChooser
-from engine.speculation.drafters import make_drafter, tree_rows
+from engine.cost.probe import card_profile
 from engine.errors import ParameterError
-from engine.speculation.ngram import NgramIndex
 from engine.model.runtime import Runtime
+from engine.speculation import events as E
+from engine.speculation.drafters import Drafter, make_drafter, tree_rows
+from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng
 from engine.speculation.settings import DecodeSettings
 from engine.speculation.tree import TokenTree
-from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_sampled
+from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_greedy_top_k, verify_sampled
+from engine.speculation.window_events import verify_rows, window_event
 
 MAX_ROWS = 64   # rows one verify pass may use (the largest graph bucket)
+
+
+def _drafter_spec(s: DecodeSettings) -> tuple[str, str | None]:
+    """What the drafter is built from: its kind, and the match rule if it is the lookup drafter
+    (the tree drafter ranks by recurrence and keeps its statistics across match changes)."""
+    return s.draft, s.match if s.draft == "lookup" else None
 
 
 class Decoder:
@@ -46,6 +53,17 @@ class Decoder:
         self.stop = stop or threading.Event()
         self.detail = detail
         self.tok = runtime.tokenizer
+        s = settings
+        # the committed stream (prompt, then every emitted token); its last token is the next
+        # window's root
+        self.context: list[int] = list(prompt_ids)
+        self.index = NgramIndex(s.ngram_min, s.ngram_max)
+        self.index.extend(self.context)
+        self.rng = Rng(s.seed)
+        self.drafter: Drafter | None = make_drafter(s.draft, s.match)
+        self._drafter_spec = _drafter_spec(s)
+        self.chooser: WindowChooser | None = None   # --adaptive: built (and priced) at the start
+        self.floor: ArFloor | None = None
         # results
         self.new_tokens: list[int] = []
         self.windows_done = 0
@@ -55,8 +73,6 @@ class Decoder:
         self.depth_accepted: list[int] = []
         self.wall_s = 0.0
         self.finish_reason = ""
-        self.chooser: WindowChooser | None = None
-        self.floor: ArFloor | None = None
         self.profile = profile     # a CostProfile for --adaptive (None: the device's, or a probe)
         self.progress = None        # callable(stage, fraction) for the one-time profile probe
         self._running = False       # prefill done: the cache holds this request
@@ -76,10 +92,12 @@ class Decoder:
             self._configure()
 
     def _configure(self) -> None:
+        """Bring the drafter, the chooser, the AR floor and the n-gram index in line with
+        self.settings. Building the chooser may probe the device's cost profile."""
         s = self.settings
-        if getattr(self, "drafter", None) is None or self.drafter.name != s.draft or \
-                getattr(self.drafter, "match", s.match) != s.match:
+        if _drafter_spec(s) != self._drafter_spec:
             self.drafter = make_drafter(s.draft, s.match)
+            self._drafter_spec = _drafter_spec(s)
         if s.adaptive and s.draft != "none":
             if self.chooser is None:
                 self.chooser = WindowChooser(
@@ -101,10 +119,6 @@ class Decoder:
         s = self.settings
         rt = self.rt
         ids = self.prompt_ids
-        self.context = list(ids)
-        self.index = NgramIndex(s.ngram_min, s.ngram_max)
-        self.index.extend(self.context)
-        self.rng = Rng(s.seed)
         self._configure()          # may probe the device's cost profile: before the clock starts
         rt.start(len(ids) + s.max_new_tokens + MAX_ROWS + 1)
         rt.warm_up()
@@ -160,8 +174,11 @@ class Decoder:
             self.windows_done += 1
             self.wall_s = t3 - t_start
             self.finish_reason = finish
-            ev = self._event(index, tree, scores, outcome, emitted, kinds,
-                             (t1 - t0, t2 - t1, t3 - t2), finish, plan)
+            rows_ev = verify_rows(tree, scores, outcome, self.tok.token_text) if self.detail else []
+            ev = window_event(index=index, context=self.context, tree=tree, outcome=outcome,
+                              rows=rows_ev, emitted=emitted, kinds=kinds,
+                              times_s=(t1 - t0, t2 - t1, t3 - t2), plan=plan, settings=s,
+                              stats=self._stats(), finish=finish, text=self.tok.token_text)
             if self.chooser is not None:
                 self.chooser.observe_event(ev)
             yield ev
@@ -211,7 +228,7 @@ class Decoder:
 
     def _verify(self, tree: TokenTree, scores) -> VerifyOutcome:
         if scores.logits is None:
-            return verify_greedy_top(tree, scores)
+            return verify_greedy_top_k(tree, scores.top_values, scores.top_ids)
         cfg = self.settings.sampling
         if cfg.greedy:
             return verify_greedy(tree, scores.logits, self.context, cfg)
@@ -276,80 +293,3 @@ class Decoder:
             "model": str(rt.loaded.source),
             "config": self.settings.to_dict(),
         }
-
-    def _event(self, index, tree, scores, outcome, emitted, kinds, times, finish,
-               plan: Choice) -> E.WindowEvent:
-        tok = self.tok
-        propose_ms, verify_ms, commit_ms = (t * 1e3 for t in times)
-        rows: list[E.VerifyRow] = []
-        if self.detail:
-            probs = outcome.probs if outcome.probs is not None else None
-            for r in range(1 + len(tree.tokens)):
-                node = r - 1
-                if probs is not None:
-                    pv, pi = probs[r].topk(5)
-                    top = [(int(i), tok.token_text(int(i)), float(v)) for v, i in zip(pv, pi)]
-                else:
-                    top = [(int(i), tok.token_text(int(i)), float(v))
-                           for v, i in zip(scores.top_values[r], scores.top_ids[r])]
-                dt = tree.tokens[node] if node >= 0 else None
-                led = outcome.ledgers[r] if outcome.ledgers else None
-                if led is not None:
-                    led = led.to_event(tok.token_text)
-                rows.append(E.VerifyRow(
-                    row=r, node=node, depth=0 if node < 0 else tree.depths[node],
-                    draft_token=dt, draft_text="" if dt is None else tok.token_text(dt),
-                    target_token=outcome.target_tokens[r],
-                    target_text=tok.token_text(outcome.target_tokens[r]),
-                    top=top, p=outcome.p_draft[r], q=outcome.q_draft[r],
-                    accept_prob=outcome.accept_probs[r], outcome=outcome.row_outcomes[r],
-                    near_tie=outcome.near_ties[r], penalty=led,
-                ))
-        s = self.settings
-        return E.WindowEvent(
-            index=index, committed_len=len(self.context) - len(emitted),
-            root_token=self.context[-len(emitted) - 1] if emitted else self.context[-1],
-            root_text=tok.token_text(self.context[-len(emitted) - 1] if emitted else self.context[-1]),
-            tokens=list(tree.tokens), texts=[tok.token_text(t) for t in tree.tokens],
-            parents=list(tree.parents), depths=list(tree.depths),
-            provenance=list(tree.provenance), rows=rows, accepted_path=list(outcome.accepted),
-            emitted=emitted, emitted_texts=[tok.token_text(t) for t in emitted],
-            emitted_kinds=kinds, propose_ms=propose_ms, verify_ms=verify_ms, commit_ms=commit_ms,
-            window_ms=propose_ms + verify_ms + commit_ms, stats=self._stats(),
-            drafter=s.draft, depth=plan.depth, width=plan.width, greedy=s.sampling.greedy,
-            predicted_ms=None if plan.predicted_ms != plan.predicted_ms else plan.predicted_ms,
-            reason=plan.reason, finished=bool(finish), finish_reason=finish, settings=s.to_dict(),
-        )
-
-
-def verify_greedy_top(tree: TokenTree, scores) -> VerifyOutcome:
-    """Greedy acceptance from each row's top-k only (no penalties, no full logits): the GPU fast
-    path, where only [R, k] values and ids leave the device."""
-    argmax = scores.top_ids[:, 0].tolist()
-    n = len(tree.tokens)
-    children: dict[int, list[int]] = {}
-    for i, p in enumerate(tree.parents):
-        children.setdefault(p, []).append(i)
-    accepted: list[int] = []
-    node, row = -1, 0
-    while True:
-        nxt = next((c for c in children.get(node, []) if tree.tokens[c] == argmax[row]), None)
-        if nxt is None:
-            break
-        accepted.append(nxt)
-        node, row = nxt, nxt + 1
-    emitted = [tree.tokens[a] for a in accepted] + [argmax[row]]
-    last_kind = (E.TARGET if n == 0 else E.BONUS if not children.get(node) else E.CORRECTION)
-    kinds = [E.FROM_DRAFT] * len(accepted) + [last_kind]
-    outcomes = [E.ROOT] + [E.NOT_REACHED] * n
-    on = set(accepted)
-    tried = {c for a in [-1, *accepted] for c in children.get(a, [])}
-    for i in range(n):
-        outcomes[i + 1] = E.ACCEPTED if i in on else E.REJECTED if i in tried else E.NOT_REACHED
-    gap = (scores.top_values[:, 0] - scores.top_values[:, 1]).tolist()
-    return VerifyOutcome(
-        accepted=accepted, emitted=emitted, kinds=kinds, row_outcomes=outcomes,
-        accept_probs=[None] + [1.0 if i in on else 0.0 if i in tried else None for i in range(n)],
-        p_draft=[None] * (n + 1), q_draft=[None] * (n + 1), target_tokens=argmax,
-        near_ties=[g < 1e-4 for g in gap], ledgers=[], flipped=[False] * (n + 1), probs=None,
-    )

@@ -181,6 +181,36 @@ def _draft_probs(tree: TokenTree, probs: torch.Tensor,
 # greedy
 
 
+def greedy_path(tree: TokenTree, targets: Sequence[int]) -> list[int]:
+    """The longest root-down path whose every node's token is the argmax `targets` of its
+    parent's row (siblings never share a token, so at most one child matches)."""
+    accepted: list[int] = []
+    node = -1
+    while True:
+        want = targets[node + 1]
+        nxt = next((c for c in tree.children(node) if tree.tokens[c] == want), None)
+        if nxt is None:
+            return accepted
+        accepted.append(nxt)
+        node = nxt
+
+
+def _greedy_outcome(tree: TokenTree, targets: list[int], near_ties: list[bool],
+                    probs: torch.Tensor | None, p_draft: list, q_draft: list,
+                    ledgers: list[RowLedger | None], flipped: list[bool]) -> VerifyOutcome:
+    accepted = greedy_path(tree, targets)
+    last = accepted[-1] if accepted else -1
+    emitted = [tree.tokens[i] for i in accepted] + [targets[last + 1]]
+    kinds = [events.FROM_DRAFT] * len(accepted) + [_final_kind(tree, accepted)]
+    outcomes = _row_outcomes(tree, accepted, ordered=False)
+    accept_probs: list[float | None] = [
+        1.0 if o == events.ACCEPTED else 0.0 if o == events.REJECTED else None for o in outcomes]
+    return VerifyOutcome(accepted=accepted, emitted=emitted, kinds=kinds, row_outcomes=outcomes,
+                         accept_probs=accept_probs, p_draft=p_draft, q_draft=q_draft,
+                         target_tokens=targets, near_ties=near_ties, ledgers=ledgers,
+                         flipped=flipped, probs=probs)
+
+
 def verify_greedy(tree: TokenTree, logits: torch.Tensor, context: Sequence[int],
                   cfg: SamplingConfig) -> VerifyOutcome:
     """Longest path of argmax matches; temperature and filters are irrelevant at T = 0."""
@@ -194,27 +224,25 @@ def verify_greedy(tree: TokenTree, logits: torch.Tensor, context: Sequence[int],
         flipped = [a != b for a, b in zip(logits.argmax(dim=-1).tolist(), targets)]
     else:
         flipped = [False] * tree.n_rows
-
-    accepted: list[int] = []
-    node = -1
-    while True:
-        want = targets[node + 1]
-        nxt = next((c for c in tree.children(node) if tree.tokens[c] == want), None)
-        if nxt is None:
-            break
-        accepted.append(nxt)
-        node = nxt
-    emitted = [tree.tokens[i] for i in accepted] + [targets[node + 1]]
-    kinds = [events.FROM_DRAFT] * len(accepted) + [_final_kind(tree, accepted)]
-    outcomes = _row_outcomes(tree, accepted, ordered=False)
-    accept_probs: list[float | None] = [
-        1.0 if o == events.ACCEPTED else 0.0 if o == events.REJECTED else None for o in outcomes]
     probs = pen.softmax(dim=-1)
     p_draft, q_draft = _draft_probs(tree, probs, tree.q)
-    return VerifyOutcome(accepted=accepted, emitted=emitted, kinds=kinds, row_outcomes=outcomes,
-                         accept_probs=accept_probs, p_draft=p_draft, q_draft=q_draft,
-                         target_tokens=targets, near_ties=near_ties,
-                         ledgers=_with_flips(scored.ledgers, flipped), flipped=flipped, probs=probs)
+    return _greedy_outcome(tree, targets, near_ties, probs, p_draft, q_draft,
+                           _with_flips(scored.ledgers, flipped), flipped)
+
+
+def verify_greedy_top_k(tree: TokenTree, top_values: torch.Tensor,
+                        top_ids: torch.Tensor) -> VerifyOutcome:
+    """Greedy verification from each row's top-k alone, [R, k] values and ids (k >= 2): the
+    GPU fast path when no penalty is set, where the full logits never leave the device. The
+    verdict is verify_greedy's (the argmax is the top-1); no probabilities are known."""
+    n_rows = tree.n_rows
+    if top_ids.dim() != 2 or top_ids.shape[0] != n_rows or top_ids.shape[1] < 2:
+        raise ValueError(f"verify wants top-k ids [{n_rows}, k >= 2], got {tuple(top_ids.shape)}")
+    targets = top_ids[:, 0].tolist()
+    near_ties = ((top_values[:, 0] - top_values[:, 1]) < NEAR_TIE).tolist()
+    none: list = [None] * n_rows
+    return _greedy_outcome(tree, targets, near_ties, None, none, list(none), list(none),
+                           [False] * n_rows)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from engine.speculation.verify import (
     row_histories,
     score_rows,
     verify_greedy,
+    verify_greedy_top_k,
     verify_sampled,
 )
 
@@ -333,6 +334,30 @@ def test_greedy_accepts_the_longest_matching_path(conts, budget, cfg, seed, plan
                 events.REJECTED if i in tested else events.NOT_REACHED)
         assert out.row_outcomes[i + 1] == want
         assert out.accept_probs[i + 1] == {events.ACCEPTED: 1.0, events.REJECTED: 0.0}.get(want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(conts=st.lists(st.lists(st.integers(0, V - 1), min_size=1, max_size=5), min_size=0, max_size=5),
+       budget=st.integers(1, 16), seed=st.integers(0, 2**16))
+def test_greedy_from_the_top_k_alone_gives_the_same_verdict(conts, budget, seed):
+    """The GPU fast path sees only each row's top-5 scores: same path, tokens, kinds, outcomes
+    and near-tie flags as the full logits, and no probabilities."""
+    tree = build_trie(ROOT, [(c, Provenance(0, 0, "test")) for c in conts], budget)
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(tree.n_rows, V, generator=g)
+    for r in range(tree.n_rows):               # plant matches so that paths get accepted
+        kids = tree.children(r - 1)
+        if kids and torch.rand(1, generator=g).item() < 0.7:
+            logits[r, tree.tokens[kids[0]]] += 6.0
+    logits[0, 1] = logits[0].max() + 1.0       # a near tie on the root row
+    logits[0, 0] = logits[0, 1] + 5e-5
+    full = verify_greedy(tree, logits, [0, ROOT], SamplingConfig())
+    top = logits.topk(5, dim=-1)
+    fast = verify_greedy_top_k(tree, top.values, top.indices)
+    for f in ("accepted", "emitted", "kinds", "row_outcomes", "accept_probs", "target_tokens",
+              "near_ties", "flipped"):
+        assert getattr(fast, f) == getattr(full, f), f
+    assert fast.near_ties[0] and fast.probs is None and fast.p_draft == [None] * tree.n_rows
 
 
 def test_greedy_empty_tree_is_one_target_token():

@@ -1,0 +1,76 @@
+"""From one window's verdict to the frozen `WindowEvent` the decoder yields.
+
+Everything here turns tensors and ids into plain values (texts, floats, lists), so the event can
+cross threads, go into a JSONL recording and come back unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from engine.speculation import events as E
+from engine.speculation.settings import DecodeSettings
+from engine.speculation.tree import TokenTree
+
+if TYPE_CHECKING:
+    from engine.cost.chooser import Choice
+    from engine.model.runtime import RowScores
+    from engine.speculation.verify import VerifyOutcome
+
+TOP_SHOWN = 5   # the target's most likely tokens a row shows
+
+
+def verify_rows(tree: TokenTree, scores: "RowScores", outcome: "VerifyOutcome",
+                text: Callable[[int], str]) -> list[E.VerifyRow]:
+    """One VerifyRow per verify row (row 0 = the root, row i + 1 = node i).
+
+    A row's top tokens come from the distribution the verdict used (outcome.probs: p when
+    sampled, the softmax of the penalized logits when greedy); on the fast path, where only each
+    row's top-k left the device, from those raw scores.
+    """
+    rows: list[E.VerifyRow] = []
+    for r in range(tree.n_rows):
+        node = r - 1
+        if outcome.probs is not None:
+            pv, pi = outcome.probs[r].topk(TOP_SHOWN)
+        else:
+            pv, pi = scores.top_values[r], scores.top_ids[r]
+        top = [(int(i), text(int(i)), float(v)) for v, i in zip(pv, pi)]
+        dt = tree.tokens[node] if node >= 0 else None
+        led = outcome.ledgers[r] if outcome.ledgers else None
+        target = outcome.target_tokens[r]
+        rows.append(E.VerifyRow(
+            row=r, node=node, depth=0 if node < 0 else tree.depths[node],
+            draft_token=dt, draft_text="" if dt is None else text(dt),
+            target_token=target, target_text=text(target),
+            top=top, p=outcome.p_draft[r], q=outcome.q_draft[r],
+            accept_prob=outcome.accept_probs[r], outcome=outcome.row_outcomes[r],
+            near_tie=outcome.near_ties[r], penalty=None if led is None else led.to_event(text),
+        ))
+    return rows
+
+
+def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "VerifyOutcome",
+                 rows: list[E.VerifyRow], emitted: list[int], kinds: list[str],
+                 times_s: tuple[float, float, float], plan: "Choice", settings: DecodeSettings,
+                 stats: E.WindowStats, finish: str, text: Callable[[int], str]) -> E.WindowEvent:
+    """The event of a window whose `emitted` tokens already stand at the end of `context`.
+
+    times_s: (propose, verify, commit) seconds.
+    """
+    propose_ms, verify_ms, commit_ms = (t * 1e3 for t in times_s)
+    root = context[-len(emitted) - 1] if emitted else context[-1]
+    return E.WindowEvent(
+        index=index, committed_len=len(context) - len(emitted),
+        root_token=root, root_text=text(root),
+        tokens=list(tree.tokens), texts=[text(t) for t in tree.tokens],
+        parents=list(tree.parents), depths=list(tree.depths),
+        provenance=list(tree.provenance), rows=rows, accepted_path=list(outcome.accepted),
+        emitted=emitted, emitted_texts=[text(t) for t in emitted],
+        emitted_kinds=kinds, propose_ms=propose_ms, verify_ms=verify_ms, commit_ms=commit_ms,
+        window_ms=propose_ms + verify_ms + commit_ms, stats=stats,
+        drafter=settings.draft, depth=plan.depth, width=plan.width, greedy=settings.sampling.greedy,
+        predicted_ms=None if plan.predicted_ms != plan.predicted_ms else plan.predicted_ms,
+        reason=plan.reason, finished=bool(finish), finish_reason=finish,
+        settings=settings.to_dict(),
+    )
