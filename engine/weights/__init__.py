@@ -1,6 +1,7 @@
 """Packed GGUF weights, pure torch: dequantization (bit-identical to gguf), the packed plane
 layout shared with the Triton kernels (see ``packed.py``), and packed matmul."""
 
+from .cpu_fast import CPU_FAST_TYPES, CpuFastWeight, cpu_fast_linear, prepare_cpu
 from .dequant import SUPPORTED_TYPES, dequantize, qtype_of
 from .matmul import dequantized_size, packed_linear, packed_linear_torch
 from .packed import PACKED_TYPES, PackedWeight, dequantize_packed, pack
@@ -9,4 +10,5 @@ __all__ = [
     "SUPPORTED_TYPES", "PACKED_TYPES", "PackedWeight",
     "dequantize", "qtype_of", "pack", "dequantize_packed",
     "packed_linear", "packed_linear_torch", "dequantized_size",
+    "CPU_FAST_TYPES", "CpuFastWeight", "prepare_cpu", "cpu_fast_linear",
 ]

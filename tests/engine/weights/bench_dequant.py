@@ -42,7 +42,11 @@ def main() -> None:
     for name in args.types.split(","):
         qt = T[name]
         bs, ts = GGML_QUANT_SIZES[qt]
-        raw = torch.randint(0, 256, (n, k // bs * ts), dtype=torch.uint8)
+        if name in ("F16", "BF16", "F32"):  # finite values, as in a real file (random bytes hold NaNs)
+            dt = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32}[name]
+            raw = torch.randn(n, k).to(dt).view(torch.uint8)
+        else:
+            raw = torch.randint(0, 256, (n, k // bs * ts), dtype=torch.uint8)
         comp = []
         if qt in dq.KERNELS:
             split, fill = dq.KERNELS[qt]
