@@ -189,8 +189,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 4))
-    ap.add_argument("--sweep", default="BN=64:num_warps=4;BN=128:num_warps=8:num_stages=2;"
-                    "BN=256:num_warps=8:num_stages=2;BN=128:num_warps=8:splits=2",
+    ap.add_argument("--sweep", default="BN=128:num_warps=8:num_stages=3:JS=4;BN=128:num_warps=8:num_stages=3:JS=8;"
+                    "BN=64:num_warps=4:num_stages=2:JS=4;BN=64:num_warps=4:num_stages=3:JS=4;"
+                    "BN=256:num_warps=8:num_stages=2:JS=4;BN=128:num_warps=8:num_stages=2:JS=4:splits=2",
                     help="extra configs for the big Q4_K matrix (';'-separated, ':'-joined k=v)")
     ap.add_argument("--layers", type=int, default=3, help="distinct layers in the layer timing")
     ap.add_argument("--budget", type=float, default=1e9, help="stop starting new types after this many s")

@@ -325,25 +325,13 @@ def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8
 
 @triton.jit
 def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn, d, dm, rn, kb, M, K, sxm, K8, K32,
-             Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr):
+             Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr):
     """Q4_K / Q5_K, one superblock from kb (d, dm: its f16 scales as float32 [BN, 1]).
     qs [N, K/2], 4 chunks of 32 bytes: chunk c byte j = value 64c+j (low nibble, sub-block
     2c) and 64c+32+j (high nibble, 2c+1). Q5_K qh [N, K/8], 32 bytes: bit s of byte j is the
     5th bit of value 32s+j. sc, mn u8 [N, K/32]. Words [BN, jh, c]: chunk c, bytes 4jh.."""
     BN: tl.constexpr = rn.shape[0]
-    jh = tl.arange(0, 8)
     c4 = tl.arange(0, 4)
-    wq = tl.load(pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K8
-                 + (kb // 8 + 8 * c4[None, :] + jh[:, None])[None])                 # [BN, 8, 4]
-    if Q5:
-        # qh word jh holds the 5th bits of values 4jh..4jh+3 of every sub-block
-        wh = tl.load(ph.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K32
-                     + (kb // 32 + jh[:, None] + 0 * c4[None, :])[None])
-        wh = wh >> (2 * c4)[None, None, :]             # bit 8i (+1): sub-block 2c (2c+1)
-        HB: tl.constexpr = 1
-    else:
-        wh = wq
-        HB: tl.constexpr = 0
     s8 = rn[:, None] * K32 + kb // 32 + tl.arange(0, 8)[None, :]
     sc_lo, sc_hi = tl.split(tl.reshape(tl.load(psc + s8), [BN, 4, 2]))
     mn_lo, mn_hi = tl.split(tl.reshape(tl.load(pmn + s8), [BN, 4, 2]))
@@ -358,21 +346,39 @@ def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn, d, dm, rn, kb, M, 
     b_lo = b_lo[:, None, :]
     a_hi = a_hi[:, None, :]
     b_hi = b_hi[:, None, :]
-    kxw = kb + 64 * c4[None, :] + 4 * jh[:, None]                                    # [8, 4]
-    acc0, acc1, acc2, acc3 = _dot_words(
-        acc0, acc1, acc2, acc3,
-        tl.fma(_fval(wq, wh, 0, 0, HB, IEEE, mg), a_lo, b_lo),
-        tl.fma(_fval(wq, wh, 8, 8, HB, IEEE, mg), a_lo, b_lo),
-        tl.fma(_fval(wq, wh, 16, 16, HB, IEEE, mg), a_lo, b_lo),
-        tl.fma(_fval(wq, wh, 24, 24, HB, IEEE, mg), a_lo, b_lo),
-        kxw, x_ptr, sxm, M, K, NMB, True, IEEE)
-    return _dot_words(
-        acc0, acc1, acc2, acc3,
-        tl.fma(_fval(wq, wh, 4, 1, HB, IEEE, mg), a_hi, b_hi),
-        tl.fma(_fval(wq, wh, 12, 9, HB, IEEE, mg), a_hi, b_hi),
-        tl.fma(_fval(wq, wh, 20, 17, HB, IEEE, mg), a_hi, b_hi),
-        tl.fma(_fval(wq, wh, 28, 25, HB, IEEE, mg), a_hi, b_hi),
-        kxw + 32, x_ptr, sxm, M, K, NMB, True, IEEE)
+    if Q5:
+        HB: tl.constexpr = 1
+    else:
+        HB: tl.constexpr = 0
+    # JS words of each chunk per dot (8: one dot per half-superblock; 4: two, fewer live
+    # registers). The K order inside a dot changes, the per-row arithmetic sequence is fixed.
+    for part in tl.static_range(0, 8 // JS):
+        jh = part * JS + tl.arange(0, JS)
+        wq = tl.load(pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K8
+                     + (kb // 8 + 8 * c4[None, :] + jh[:, None])[None])             # [BN, JS, 4]
+        if Q5:
+            # qh word jh holds the 5th bits of values 4jh..4jh+3 of every sub-block
+            wh = tl.load(ph.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K32
+                         + (kb // 32 + jh[:, None] + 0 * c4[None, :])[None])
+            wh = wh >> (2 * c4)[None, None, :]         # bit 8i (+1): sub-block 2c (2c+1)
+        else:
+            wh = wq
+        kxw = kb + 64 * c4[None, :] + 4 * jh[:, None]                                # [JS, 4]
+        acc0, acc1, acc2, acc3 = _dot_words(
+            acc0, acc1, acc2, acc3,
+            tl.fma(_fval(wq, wh, 0, 0, HB, IEEE, mg), a_lo, b_lo),
+            tl.fma(_fval(wq, wh, 8, 8, HB, IEEE, mg), a_lo, b_lo),
+            tl.fma(_fval(wq, wh, 16, 16, HB, IEEE, mg), a_lo, b_lo),
+            tl.fma(_fval(wq, wh, 24, 24, HB, IEEE, mg), a_lo, b_lo),
+            kxw, x_ptr, sxm, M, K, NMB, True, IEEE)
+        acc0, acc1, acc2, acc3 = _dot_words(
+            acc0, acc1, acc2, acc3,
+            tl.fma(_fval(wq, wh, 4, 1, HB, IEEE, mg), a_hi, b_hi),
+            tl.fma(_fval(wq, wh, 12, 9, HB, IEEE, mg), a_hi, b_hi),
+            tl.fma(_fval(wq, wh, 20, 17, HB, IEEE, mg), a_hi, b_hi),
+            tl.fma(_fval(wq, wh, 28, 25, HB, IEEE, mg), a_hi, b_hi),
+            kxw + 32, x_ptr, sxm, M, K, NMB, True, IEEE)
+    return acc0, acc1, acc2, acc3
 
 
 @triton.jit
@@ -445,7 +451,7 @@ def _packed_mm_kernel(
     x_ptr, o_ptr, p0, p1, p2, p3, p4, p5,
     M, N, K, sxm, som, sop, K4, K8, K16, K32, K256,
     TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
-    EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr,
+    EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types)."""
@@ -478,19 +484,19 @@ def _packed_mm_kernel(
             d0, d1 = _kscales(p1, rn, kb, K256, SB)
             m0, m1 = _kscales(p2, rn, kb, K256, SB)
             acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p3, p4,
-                                              d0, m0, rn, kb, M, K, sxm, K8, K32, False, NMB, IEEE)
+                                              d0, m0, rn, kb, M, K, sxm, K8, K32, False, NMB, IEEE, JS)
             if SB == 2:
                 acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p3, p4,
-                                                  d1, m1, rn, kb + 256, M, K, sxm, K8, K32, False, NMB, IEEE)
+                                                  d1, m1, rn, kb + 256, M, K, sxm, K8, K32, False, NMB, IEEE, JS)
         elif QT == 4:
             # Q5_K planes: qs, qh, d, dmin, sc, mn
             d0, d1 = _kscales(p2, rn, kb, K256, SB)
             m0, m1 = _kscales(p3, rn, kb, K256, SB)
             acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p4, p5,
-                                              d0, m0, rn, kb, M, K, sxm, K8, K32, True, NMB, IEEE)
+                                              d0, m0, rn, kb, M, K, sxm, K8, K32, True, NMB, IEEE, JS)
             if SB == 2:
                 acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p4, p5,
-                                                  d1, m1, rn, kb + 256, M, K, sxm, K8, K32, True, NMB, IEEE)
+                                                  d1, m1, rn, kb + 256, M, K, sxm, K8, K32, True, NMB, IEEE, JS)
         else:
             # Q6_K planes: ql, qh, sc, d
             d0, d1 = _kscales(p3, rn, kb, K256, SB)
@@ -544,7 +550,9 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     sb = 2 if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
     n_tiles = triton.cdiv(k, 256 * sb)
     if triton.cdiv(n, 128) >= sms // 2 and qtype not in ("Q5_K", "Q6_K"):
-        cfg = {"BN": 128, "num_warps": 8, "num_stages": 3}
+        # Q4_K: two stages and half-width dots keep ~126 registers and ~70 KB of shared
+        # memory per 256-thread program, so two programs share an SM
+        cfg = {"BN": 128, "num_warps": 8, "num_stages": 2 if qtype == "Q4_K" else 3}
     else:
         cfg = {"BN": 64, "num_warps": 4, "num_stages": 3}
     cfg.update(dict(override))
@@ -565,7 +573,8 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     # The x tiles of every 16-row slice are staged in shared memory for each pipeline stage,
     # so 3-4 slices get one stage fewer. Pipeline depth only changes when loads are issued,
     # not any arithmetic or its order: rows stay bit-identical across M.
-    cfg.setdefault("num_stages_wide", max(1, cfg["num_stages"] - 1))
+    cfg.setdefault("num_stages_wide", min(cfg["num_stages"], 2))
+    cfg.setdefault("JS", 4 if qtype in ("Q4_K", "Q5_K") else 8)
     return cfg
 
 
@@ -627,7 +636,7 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
             xc, dst, *planes, m, n, k, xc.stride(0), dst.stride(-2), sop,
             k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (JIT-specialized)
             TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=triton.cdiv(m, 16),
-            SPLIT=splits > 1, EVEN_K=even_k, IEEE=ieee, SB=cfg["SB"],
+            SPLIT=splits > 1, EVEN_K=even_k, IEEE=ieee, SB=cfg["SB"], JS=cfg["JS"],
             num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"],
         )
