@@ -41,6 +41,15 @@ into ``S`` ranges (S from the shape and SM count, not M); each program writes it
 partial sum to a workspace ``[S, M, N]`` and a second small kernel adds the S partials in the
 fixed order s = 0..S-1 and casts. Same order for every row, so still row-invariant.
 
+Status (H200, Triton 3.6, bench/bench_packed_matmul.py): correct and bitwise row-invariant for
+M = 1..64 on every type and shape, capturable in CUDA graphs, but slow: the 28672x8192 Q4_K
+matrix takes 113 us at M=1 (25% of 4.8 TB/s) and 153 us at M=32; a Qwen3-8B-like Q4_K layer
+171 us at M=1, 1.02x at M=2, 1.39x at M=32. The loop is ~4.4 instructions per weight
+(mask-and-OR, shift for every second nibble, FMA, half a cvt) yet runs ~4x slower than its
+issue bound: latency, not issue, limits it (few warps per SM, a wgmma wait after every dot,
+bank-conflicted word loads from shared memory). Q5_K/Q6_K also round-trip the dequantized
+tile through shared memory (the 5th/6th-bit merge defeats the layout propagation): ~10%.
+
 CUDA graphs: no host syncs, no ``.item()``, no data-dependent shapes; the only allocations are
 ``torch.empty`` (output and, for split shapes, the workspace), which graph capture serves from
 its private pool.
