@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmark scripts: workloads, medians, recording."""
+"""Shared helpers for the benchmark scripts: workloads (engine.io.workloads), medians, recording."""
 
 from __future__ import annotations
 
@@ -9,27 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.io.workloads import code_edit_rows as code_edit_prompts
+from engine.io.workloads import specbench_rows as specbench
+
+__all__ = ["code_edit_prompts", "specbench", "median", "machine", "record", "RESULTS"]
+
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOADS = ROOT.parent / "shared" / "workloads"
 RESULTS = ROOT / "bench" / "results"
-
-
-def workload_file(name: str) -> Path:
-    """The shared workloads live beside the checkout; a copy under assets/workloads wins."""
-    local = ROOT / "assets" / "workloads" / name
-    return local if local.exists() else WORKLOADS / name
-
-
-def code_edit_prompts() -> list[dict[str, Any]]:
-    return [json.loads(l) for l in workload_file("code_edit_prompts.jsonl").read_text().splitlines() if l.strip()]
-
-
-def specbench(categories: list[str], per_category: int) -> list[dict[str, Any]]:
-    rows = [json.loads(l) for l in workload_file("specbench_questions.jsonl").read_text().splitlines() if l.strip()]
-    out = []
-    for c in categories:
-        out += [r for r in rows if r["category"] == c][:per_category]
-    return out
 
 
 def median(xs: list[float]) -> float:

@@ -37,15 +37,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import code_edit_prompts, specbench  # noqa: E402
-
-from engine.speculation.decoder import Decoder  # noqa: E402
-from engine.speculation.events import WindowEvent  # noqa: E402
-from engine.io.prompts import encode_prompt  # noqa: E402
-from engine.session import open_runtime  # noqa: E402
-from engine.speculation.sampling import SamplingConfig  # noqa: E402
-from engine.speculation.settings import DecodeSettings  # noqa: E402
+from engine.speculation.decoder import Decoder
+from engine.speculation.events import WindowEvent
+from engine.io.prompts import encode_prompt
+from engine.io.workloads import load_workload
+from engine.session import open_runtime
+from engine.speculation.sampling import SamplingConfig
+from engine.speculation.settings import DecodeSettings
 
 PENALTIES: dict[str, dict[str, float]] = {
     "off": {},
@@ -143,10 +141,10 @@ def compare(ar: Decode, spec: Decode, tie_margin: float | None = None) -> Verdic
 
 def workload(n_prompts: int | None) -> list[tuple[str, list[dict[str, str]]]]:
     """(name, chat messages): the five code-edit prompts, then 10 summarization + 10 rag."""
-    out = [(p["id"], p["messages"]) for p in code_edit_prompts()]
-    for q in specbench(["summarization", "rag"], 10):
-        out.append((f"specbench_{q['category']}_{q['question_id']}",
-                    [{"role": "user", "content": q["turns"][0]}]))
+    prompts = load_workload("code-edit") + load_workload("specbench:summarization,rag", per_category=10)
+    # Spec-Bench names as in bench/results/lossless_cpu_full.json: specbench_<category>_<question_id>
+    out = [(p.id if p.category == "code-edit" else "specbench_" + p.id.replace("-", "_"), list(p.messages))
+           for p in prompts]
     return out if n_prompts is None else out[:n_prompts]
 
 

@@ -1,6 +1,6 @@
 """`specscope bench`: our decoder next to the engines users would pick instead, side by side.
 
-    specscope bench [--device cpu] [--workload code-edit | specbench:summarization,rag,...]
+    specscope bench [--device cpu] [--workload code-edit | specbench:summarization,rag,... | FILE.jsonl]
                     [--new-tokens 128] [--repeats 3] [--peers transformers llamacpp] [--out DIR]
 
 Rows (specscope/peers.py): ours (AR, lookup, tree, adaptive), transformers (greedy, prompt
@@ -12,14 +12,14 @@ time) with the min-max spread, and speedups paired per repeat. Greedy outputs ar
 identical where they must be (our lookup/tree/adaptive vs our AR; transformers greedy vs our AR)
 in float32; in bfloat16/float16 different kernels may flip near-ties, so there it is reported.
 
-Output folder: results.json (everything), results.md (tables), results.png (matplotlib, if
-installed). run_benchmark() takes already-open runtimes and rows, so tests inject session models.
+Output folder (specscope/bench_report.py): results.json (everything), results.md (tables),
+results.png (matplotlib, if installed). run_benchmark() takes already-open runtimes and rows, so
+tests inject session models.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -34,12 +34,13 @@ import torch
 from specscope.progress import Progress
 from specscope.peers import OURS, PEERS, Row, Sample, open_rows, peer_version
 from engine.errors import ParameterError
-from engine.io.prompts import ASSETS, encode_prompt
+from engine.io.prompts import encode_prompt
+from engine.io.workloads import SPECBENCH_CATEGORIES, WorkloadPrompt, load_workload
 from engine.model.runtime import Runtime
+from specscope.bench_report import render_markdown, write_results
 
-WORKLOADS = ASSETS / "workloads"
-SPECBENCH_CATEGORIES = ("summarization", "rag", "qa", "translation", "coding", "writing")
-# the issue's goals for the CPU run (2 cores, float32, bundled model, code-edit prompts)
+# targets for the CPU run (2 cores, float32, bundled model, code-edit prompts): (goal, row,
+# reference, the speedup of row over reference to reach); every run reports them
 GOALS = (
     ("tree_vs_transformers_best_lookup", "ours-tree", "transformers-pld*", 1.3),
     ("ar_vs_transformers_generate", "ours-ar", "transformers-greedy", 2.0),
@@ -49,7 +50,7 @@ GOALS = (
 
 @dataclass(frozen=True)
 class BenchConfig:
-    workload: str = "code-edit"        # "code-edit" | "specbench" | "specbench:cat1,cat2"
+    workload: str = "code-edit"        # engine.io.workloads: code-edit, specbench[:CATS], a .jsonl
     per_category: int = 2              # Spec-Bench questions per category
     prompts: int | None = None         # keep only the first N prompts
     new_tokens: int = 128
@@ -82,49 +83,11 @@ class BenchConfig:
             bad("--ours must include ar: every speedup is measured against it")
 
 
-@dataclass(frozen=True)
-class BenchPrompt:
-    id: str
-    category: str
-    messages: tuple[dict[str, str], ...]
-
-
-def load_workload(spec: str, per_category: int = 2, limit: int | None = None) -> list[BenchPrompt]:
-    """The prompts of `code-edit` or `specbench[:categories]` (Spec-Bench: turns[0] as one user
-    message, the first `per_category` questions of each category)."""
-    if spec == "code-edit":
-        rows = _jsonl(WORKLOADS / "code_edit_prompts.jsonl")
-        out = [BenchPrompt(r["id"], "code-edit", tuple(r["messages"])) for r in rows]
-    elif spec == "specbench" or spec.startswith("specbench:"):
-        cats = [c.strip() for c in spec.partition(":")[2].split(",") if c.strip()] \
-            or list(SPECBENCH_CATEGORIES)
-        rows = _jsonl(WORKLOADS / "specbench_questions.jsonl")
-        known = sorted({r["category"] for r in rows})
-        out = []
-        for c in cats:
-            if c not in known:
-                raise ParameterError(f"--workload specbench: no category {c!r}; "
-                                     f"the categories are {', '.join(known)}")
-            picked = [r for r in rows if r["category"] == c][:per_category]
-            out += [BenchPrompt(f"{c}-{r['question_id']}", c,
-                                ({"role": "user", "content": r["turns"][0]},)) for r in picked]
-    else:
-        raise ParameterError(f"--workload must be code-edit or specbench[:CATEGORY,...], got {spec!r}")
-    return out[:limit] if limit else out
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise ParameterError(f"the workload file {path} is missing: the bench needs specscope's "
-                             "assets/workloads (run it from a checkout)")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 # ---------------------------------------------------------------------------------------------
 # the run
 
 
-def run_benchmark(cfg: BenchConfig, rt: Runtime, rows: list[Row], prompts: list[BenchPrompt],
+def run_benchmark(cfg: BenchConfig, rt: Runtime, rows: list[Row], prompts: list[WorkloadPrompt],
                   skipped: list[dict[str, str]] | None = None,
                   progress: Callable[[str, float | None], None] | None = None,
                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -302,7 +265,7 @@ def _pick(summary: dict[str, dict[str, Any]], pattern: str) -> str | None:
 
 
 def goals(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's targets, measured where both rows ran (set for the CPU run; reported always)."""
+    """The GOALS, measured where both rows ran (set for the CPU run; reported always)."""
     out = []
     for gid, row_pat, ref_pat, target in GOALS:
         row, ref = _pick(summary, row_pat), _pick(summary, ref_pat)
@@ -347,7 +310,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     d = BenchConfig()
     p.add_argument("--workload", default=d.workload,
                    help="code-edit (default), specbench (all of "
-                        f"{','.join(SPECBENCH_CATEGORIES)}) or specbench:CATEGORY,...")
+                        f"{','.join(SPECBENCH_CATEGORIES)}), specbench:CATEGORY,... or a .jsonl "
+                        "file of prompts (one {\"messages\": [...]} a line)")
     p.add_argument("--per-category", type=int, default=d.per_category,
                    help="Spec-Bench questions per category")
     p.add_argument("--prompts", type=int, default=None, help="keep only the first N prompts")
@@ -389,7 +353,7 @@ def run_bench(a: argparse.Namespace) -> int:
     rows, skipped, extra = open_rows(rt, cfg.ours, cfg.peers, n_ctx, say)
     extra["command"] = "specscope " + " ".join(sys.argv[1:])
     result = run_benchmark(cfg, rt, rows, prompts, skipped, say, extra)
-    slug = cfg.workload.replace(":", "-").replace(",", "-")
+    slug = Path(cfg.workload).stem.replace(":", "-").replace(",", "-")
     out = Path(a.out) if a.out else Path("bench") / "results" / f"bench_{rt.device.type}_{slug}"
     paths = write_results(result, out)
     print(render_markdown(result))
@@ -403,110 +367,3 @@ def run_bench(a: argparse.Namespace) -> int:
         print(f"specscope bench: {c['row']} differs from {c['reference']} on "
               f"{len(c['mismatches'])} of {c['compared']} runs ({c['why']})", file=sys.stderr)
     return 1 if failed else 0
-
-
-# ---------------------------------------------------------------------------------------------
-# the output folder
-
-
-def write_results(result: dict[str, Any], out: Path) -> dict[str, Path | None]:
-    """results.json, results.md and results.png (if matplotlib is installed) under `out`."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    png = out / "results.png"
-    note = plot_results(result, png)
-    result["plot"] = None if note else png.name
-    result["plot_note"] = note
-    (out / "results.md").write_text(render_markdown(result), encoding="utf-8")
-    (out / "results.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    return {"json": out / "results.json", "markdown": out / "results.md",
-            "plot": None if note else png}
-
-
-def _fmt(sp: dict[str, float] | None, digits: int = 1, suffix: str = "") -> str:
-    if not sp:
-        return "n/a"
-    return (f"{sp['median']:.{digits}f}{suffix} ({sp['min']:.{digits}f}-{sp['max']:.{digits}f})"
-            if sp["n"] > 1 else f"{sp['median']:.{digits}f}{suffix}")
-
-
-def render_markdown(result: dict[str, Any]) -> str:
-    rows = result["rows"]
-    cfg = result["config"]
-    m = result["machine"]
-    refs = ["ours-ar"] + [r for r in ("transformers-greedy", "llamacpp-plain") if r in rows]
-    lines = [
-        f"# specscope bench: {cfg['workload']}, {result['device']}, {result['dtype']}",
-        "",
-        f"{result['date']} · {m['cpu']} ({m['cpu_count']} cores, {m['torch_threads']} torch threads)"
-        f" · model {result['model']['name']} · {len(result['prompts'])} prompts × "
-        f"{cfg['new_tokens']} new tokens × {cfg['repeats']} repeats, interleaved · greedy",
-        "",
-        "tok/s: median over repeats of all prompts' new tokens / their wall time, prefill "
-        "included (min-max); decode tok/s: the same after each prompt's first token; "
-        "speedups (of tok/s) paired per repeat.",
-        "",
-        "| row | tok/s | tokens/pass | decode tok/s | first token s | "
-        + " | ".join(f"× {r}" for r in refs) + " |",
-        "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in refs) + " |",
-    ]
-    for name, r in rows.items():
-        cells = [_fmt(r["speedup"].get(ref), 2, "×") if ref != name else "1" for ref in refs]
-        lines.append(f"| {name} | {_fmt(r['tok_s'])} | {_fmt(r['tokens_per_pass'], 2)} | "
-                     f"{_fmt(r['decode_tok_s'])} | {_fmt(r['first_token_s'], 2)} | "
-                     + " | ".join(cells) + " |")
-    lines += ["", "| goal | row | reference | target | measured | met |",
-              "| --- | --- | --- | ---: | ---: | --- |"]
-    for g in result["goals"]:
-        meas = "n/a" if g["measured"] is None else f"{g['measured']:.2f}×"
-        met = {True: "yes", False: "no", None: "n/a"}[g["met"]]
-        lines.append(f"| {g['goal']} | {g['row'] or '-'} | {g['reference'] or '-'} | {g['target']}× "
-                     f"| {meas} | {met} |")
-    lines += ["", "| output | reference | required | identical runs |", "| --- | --- | --- | --- |"]
-    for c in result["identity_checks"]:
-        lines.append(f"| {c['row']} | {c['reference']} | {'yes' if c['required'] else 'no'} | "
-                     f"{c['identical']}/{c['compared']} |")
-    if result["skipped"]:
-        lines += [""] + [f"- skipped {s['engine']}: {s['reason']}" for s in result["skipped"]]
-    if result.get("plot_note"):
-        lines += ["", f"- {result['plot_note']}"]
-    return "\n".join(lines) + "\n"
-
-
-COLORS = {"specscope": "#2b7bb9", "transformers": "#e8a33d", "llama.cpp": "#6aa84f"}
-
-
-def plot_results(result: dict[str, Any], path: Path) -> str | None:
-    """A bar chart of tok/s (min-max whiskers) and tokens per pass; None, or why there is none."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "no plot: matplotlib is not installed (pip install 'specscope[bench]')"
-    rows = result["rows"]
-    names = list(rows)
-    colors = [COLORS.get(rows[n]["engine"], "#888888") for n in names]
-    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(15, 4.8),
-                                     gridspec_kw={"width_ratios": [3, 3, 2]})
-    for ax, key, ylabel in ((a1, "tok_s", "tok/s, prefill included"),
-                            (a2, "decode_tok_s", "tok/s after the first token")):
-        spans = [rows[n][key] for n in names]
-        med = [sp["median"] if sp else 0.0 for sp in spans]
-        err = [[m - sp["min"] if sp else 0.0 for sp, m in zip(spans, med)],
-               [sp["max"] - m if sp else 0.0 for sp, m in zip(spans, med)]]
-        ax.bar(names, med, yerr=err, color=colors, capsize=3)
-        ax.set_ylabel(f"{ylabel} (median, min-max)")
-    tpp = [rows[n]["tokens_per_pass"]["median"] if rows[n]["tokens_per_pass"] else 0 for n in names]
-    a3.bar(names, tpp, color=colors)
-    a3.set_ylabel("tokens per forward pass")
-    for ax in (a1, a2, a3):
-        ax.tick_params(axis="x", labelrotation=60, labelsize=8)
-        ax.grid(axis="y", alpha=0.3)
-    cfg = result["config"]
-    fig.suptitle(f"{cfg['workload']} · {result['device']} · {result['dtype']} · "
-                 f"{cfg['new_tokens']} tokens × {cfg['repeats']} repeats", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None

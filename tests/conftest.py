@@ -36,10 +36,8 @@ def hf_model():
 
 @pytest.fixture(scope="session")
 def code_edit_prompts():
-    import json
-    from pathlib import Path
-    f = Path(__file__).resolve().parent.parent / "assets" / "workloads" / "code_edit_prompts.jsonl"
-    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    from engine.io.workloads import code_edit_rows
+    return code_edit_rows()
 
 
 def pytest_configure(config):

@@ -11,7 +11,6 @@ tokenizer given SmolLM2's published pre-tokenizer on all text, and (c) the diffe
 
 from __future__ import annotations
 
-import json
 import sys
 import unicodedata
 from pathlib import Path
@@ -23,11 +22,10 @@ from engine.errors import ParameterError
 from engine.io.gguf_file import read_gguf
 from engine.io.load import default_model_path
 from engine.io.tokenizer import Tokenizer
+from engine.io.workloads import code_edit_rows
 
 sys.path.insert(0, str(Path(__file__).parent))  # pytest runs with --import-mode=importlib
 from tiny_models import make_tiny_hf  # noqa: E402
-
-WORKLOAD = Path(__file__).parents[2] / "assets" / "workloads" / "code_edit_prompts.jsonl"
 
 HARD = [
     "", " ", "  ", "\t", "\n\n\n", "   leading", "trailing   ", "a  b   c", "x\t\ty", "line1\r\nline2",
@@ -42,7 +40,7 @@ HARD = [
 
 
 def _messages() -> list[list[dict]]:
-    return [json.loads(line)["messages"] for line in WORKLOAD.read_text().splitlines() if line.strip()]
+    return [r["messages"] for r in code_edit_rows()]
 
 
 def _texts() -> list[str]:
@@ -76,10 +74,6 @@ def reference_smollm_pre(reference):
     ref.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
     return ref
-
-
-def test_workload_is_there():
-    assert len(_messages()) == 5
 
 
 def test_ids_equal_transformers_on_digit_free_text(ours, reference):

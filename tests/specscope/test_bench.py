@@ -1,5 +1,6 @@
-"""`specscope bench`: workloads, options, and one tiny real run (ours + transformers, one prompt,
-16 tokens) whose JSON must carry every field, with llama.cpp skipped when it is not installed."""
+"""`specscope bench`: options; the statistics, identity checks and report over scripted rows with
+known timings; and one tiny real run (ours + transformers, one prompt, 16 tokens) whose JSON must
+carry every field, with llama.cpp skipped when it is not installed. Workloads: tests/engine/test_workloads.py."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import json
 
 import pytest
 
-from specscope.bench import (WORKLOADS, BenchConfig, config_from_args, load_workload,
-                          run_benchmark, write_results)
-from specscope.peers import open_rows
+from specscope.bench import BenchConfig, config_from_args, run_benchmark
+from specscope.bench_report import render_markdown, write_results
+from specscope.peers import Row, Sample, open_rows
 from specscope.cli import build_parser
 from engine.errors import ParameterError
+from engine.io.workloads import load_workload
 from engine.model.device import one_torch_thread
 
 TOP_KEYS = {"date", "config", "machine", "device", "dtype", "model", "prompts", "rows",
@@ -22,24 +24,6 @@ ROW_KEYS = {"engine", "label", "params", "tok_s", "decode_tok_s", "first_token_s
             "tokens_per_pass", "per_repeat", "per_prompt", "samples", "notes", "speedup"}
 SAMPLE_KEYS = {"repeat", "prompt", "new_tokens", "wall_s", "tok_s", "first_token_s",
                "decode_tok_s", "forward_passes", "tokens_per_pass", "tokens"}
-
-
-def test_workloads_read_the_shared_files():
-    code = load_workload("code-edit")
-    assert len(code) == 5 and code[0].id == "p0_textwrap_dedent"
-    assert code[0].messages[0]["role"] == "user" and "dedent" in code[0].messages[0]["content"]
-    spec = load_workload("specbench:qa,coding", per_category=2)
-    assert [p.category for p in spec] == ["qa", "qa", "coding", "coding"]
-    with open(WORKLOADS / "specbench_questions.jsonl") as f:
-        first_qa = next(r for r in map(json.loads, f) if r["category"] == "qa")
-    assert spec[0].messages == ({"role": "user", "content": first_qa["turns"][0]},)
-    assert spec[0].id == f"qa-{first_qa['question_id']}"
-    assert len(load_workload("specbench", per_category=1)) == 6
-    assert len(load_workload("code-edit", limit=2)) == 2
-    with pytest.raises(ParameterError, match="no category 'poetry'"):
-        load_workload("specbench:poetry")
-    with pytest.raises(ParameterError, match="--workload"):
-        load_workload("mt-bench")
 
 
 def test_options_parse_and_validate():
@@ -55,6 +39,50 @@ def test_options_parse_and_validate():
         BenchConfig(ours=("tree",))
     with pytest.raises(ParameterError, match="--repeats"):
         BenchConfig(repeats=0)
+
+
+def _scripted_row(name: str, walls: list[list[float]], passes: int, tokens=None) -> Row:
+    """A row whose run on prompt p in repeat r takes walls[r][p] seconds for 4 new tokens."""
+    calls: dict[tuple[int, ...], int] = {}
+    order: list[tuple[int, ...]] = []
+
+    def run(ids: list[int], n: int) -> Sample:
+        key = tuple(ids)
+        if key not in order:
+            order.append(key)
+        rep, p = calls.get(key, 0), order.index(key)
+        calls[key] = rep + 1
+        toks = (tokens or {}).get((rep, p), [1, 2, 3, 4])
+        return Sample(list(toks), walls[rep][p], passes, first_token_s=0.05)
+
+    return Row(name, "specscope", name, {}, run)
+
+
+def test_repeats_aggregate_to_known_medians_spreads_and_paired_speedups(cpu_runtime):
+    prompts = load_workload("code-edit", limit=2)
+    cfg = BenchConfig(prompts=2, repeats=3, warmup_tokens=0, peers=(), ours=("ar", "tree"))
+    # per repeat, 8 tokens over the two prompts' wall times: ar 20, 10, 40 tok/s; tree 40, 40, 20
+    ar = _scripted_row("ours-ar", [[0.2, 0.2], [0.4, 0.4], [0.1, 0.1]], passes=4)
+    tree = _scripted_row("ours-tree", [[0.1, 0.1], [0.1, 0.1], [0.2, 0.2]], passes=2,
+                         tokens={(1, 1): [1, 2, 9, 4]})       # repeat 1, prompt 1 differs at 2
+    result = run_benchmark(cfg, cpu_runtime, [ar, tree], prompts)
+    rows = result["rows"]
+    assert rows["ours-ar"]["tok_s"] == {"median": 20.0, "min": 10.0, "max": 40.0, "n": 3}
+    assert rows["ours-tree"]["tok_s"] == {"median": 40.0, "min": 20.0, "max": 40.0, "n": 3}
+    assert [r["tok_s"] for r in rows["ours-ar"]["per_repeat"]] == [20.0, 10.0, 40.0]
+    # speedups are paired per repeat (2, 4, 0.5), not a ratio of medians (2)
+    assert rows["ours-tree"]["speedup"]["ours-ar"] == {"median": 2.0, "min": 0.5, "max": 4.0, "n": 3}
+    assert rows["ours-ar"]["speedup"]["ours-tree"] == {"median": 0.5, "min": 0.25, "max": 2.0, "n": 3}
+    assert rows["ours-tree"]["tokens_per_pass"]["median"] == 2.0
+    # after the first token (0.05 s): 3 tokens per prompt in 0.15 s per prompt in repeat 0
+    assert rows["ours-ar"]["per_repeat"][0]["decode_tok_s"] == 20.0
+    (check,) = [c for c in result["identity_checks"] if c["row"] == "ours-tree"]
+    assert (check["compared"], check["identical"], check["all_identical"]) == (6, 5, False)
+    assert check["mismatches"] == [{"repeat": 1, "prompt": prompts[1].id, "first_difference": 2,
+                                    "length": 4, "reference_length": 4}]
+    md = render_markdown(dict(result, plot_note=None))
+    assert "| ours-tree | 40.0 (20.0-40.0) | 2.00 (2.00-2.00) |" in md
+    assert "2.00× (0.50-4.00)" in md and "| ours-tree | ours-ar | yes | 5/6 |" in md
 
 
 def test_tiny_bench_reports_every_field(cpu_runtime, hf_model, tmp_path, monkeypatch):
@@ -94,11 +122,8 @@ def test_tiny_bench_reports_every_field(cpu_runtime, hf_model, tmp_path, monkeyp
         assert 1 <= s["new_tokens"] == len(s["tokens"]) <= 16
         assert s["tok_s"] > 0 and s["forward_passes"] >= 1
         assert 0 < s["first_token_s"] < s["wall_s"]    # the prompt's prefill comes first
-        assert row["tok_s"]["median"] == row["per_repeat"][0]["tok_s"]
+        assert s["tok_s"] == pytest.approx(s["new_tokens"] / s["wall_s"], rel=1e-3)
         assert set(row["speedup"]) == set(names) - {name}
-        for ref, sp in row["speedup"].items():   # paired ratios: a/b times b/a is one
-            back = data["rows"][ref]["speedup"][name]["median"]
-            assert sp["median"] * back == pytest.approx(1.0, rel=1e-3)
     rows_ = data["rows"]
     # plain decoding: one token per forward pass, in every engine (counts are real, not assumed)
     assert rows_["ours-ar"]["tokens_per_pass"]["median"] == 1.0
