@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.speculation.decoder import Decoder
 from engine.io.prompts import encode_prompt
+from engine.speculation.decoder import Decoder
 from engine.speculation.settings import DecodeSettings
 
 
@@ -38,10 +38,45 @@ def test_greedy_output_matches_transformers_for_64_tokens(cpu_runtime, hf_model,
         assert len(ours["tokens"]) == len(ref) or ours["finish_reason"] == "eos"
 
 
+# A window with side branches at depths 1 and 2: row i's parent is PARENTS[i]. Row 0 is the root
+# (the last committed token); rows 1-2-6 are the spine, 3-4 and 5 branch off it.
+PARENTS = [-1, 0, 1, 0, 3, 1, 2]
+
+
+def _path(i: int) -> list[int]:
+    """The rows from the root down to row i."""
+    out = []
+    while i >= 0:
+        out.append(i)
+        i = PARENTS[i]
+    return out[::-1]
+
+
+def _tree_window_matches_sequential(rt, ref_model, prefix: list[int], tokens: list[int], tol: float) -> None:
+    """One verify pass over the tree; row i's logits must equal the reference model's at the end
+    of prefix + the tokens on row i's path, computed as a plain sequence."""
+    rt.start(len(prefix) + len(tokens) + 8)
+    rt.prefill(prefix)
+    ours = rt.verify(tokens, PARENTS).logits                      # [R, V]
+    assert ours.shape[0] == len(tokens)
+    for i in range(len(tokens)):
+        seq = prefix + [tokens[j] for j in _path(i)]
+        with torch.inference_mode():
+            ref = ref_model(torch.tensor([seq])).logits[0, -1]
+        assert (ours[i] - ref).abs().max().item() < tol, f"row {i} (path {_path(i)})"
+
+
+def test_tree_window_rows_match_transformers_on_each_path(cpu_runtime, hf_model, encoded) -> None:
+    ids = encoded[0]
+    # the branches reuse prompt tokens, so each path is a plausible continuation
+    _tree_window_matches_sequential(cpu_runtime, hf_model, ids[:-1], [ids[-1], *ids[10:16]], 1e-3)
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_tiny_hf_folders_give_transformers_logits(arch: str, tmp_path) -> None:
     """A tiny random model written by save_pretrained, loaded through our HF-folder path, gives
-    the logits transformers gives for the same tokens (prefill and a tree window)."""
+    the logits transformers gives for the same tokens: after a prefill, and on every row of a
+    tree window (each row against its own path run as a sequence)."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
@@ -60,3 +95,4 @@ def test_tiny_hf_folders_give_transformers_logits(arch: str, tmp_path) -> None:
     with torch.inference_mode():
         ref = ref_model(torch.tensor([ids])).logits[0, -1]
     assert (ours - ref).abs().max().item() < 1e-4
+    _tree_window_matches_sequential(rt, ref_model, ids[:-1], [ids[-1], 23, 8, 77, 23, 120, 4], 1e-4)

@@ -1,5 +1,6 @@
 """The command line: bad input gives one clear line on stderr and a non-zero exit (no
-traceback); `generate --json` prints one report with every field DESIGN.md names."""
+traceback); `generate --json` prints our greedy output and a report (Decoder.report()) that is
+consistent with it."""
 
 from __future__ import annotations
 
@@ -19,16 +20,31 @@ def specscope(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def test_generate_json_report_has_every_field() -> None:
+def test_generate_json_is_our_greedy_output_with_a_consistent_report(cpu_runtime) -> None:
+    from engine.io.prompts import encode_prompt
+    from engine.speculation.decoder import Decoder
+    from engine.speculation.settings import DecodeSettings
+
+    prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
     r = specscope("generate", "--device", "cpu", "--draft", "tree", "--max-new-tokens", "12",
-                  "--prompt", "def add(a, b):\n    return a + b\n\ndef add(a, b):\n", "--json")
+                  "--prompt", prompt, "--json")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
-    for field in REPORT_FIELDS:
-        assert field in report, field
-    assert report["new_tokens"] == len(report["tokens"]) <= 12
+    assert set(REPORT_FIELDS) <= set(report)
     assert report["config"]["draft"] == "tree"
     assert report["dtype"] == "float32" and report["device"].startswith("CPU")
+    # the text is the tokens, decoded; the tokens are what plain greedy decoding gives (a tree
+    # draft changes the cost of a token, never the token)
+    assert cpu_runtime.tokenizer.decode(report["tokens"], skip_special_tokens=True) == report["text"]
+    ar = Decoder(cpu_runtime, encode_prompt(cpu_runtime.tokenizer, prompt),
+                 DecodeSettings(draft="none", max_new_tokens=12)).run()
+    assert report["tokens"] == ar["tokens"] and len(ar["tokens"]) >= 1
+    assert report["new_tokens"] == len(report["tokens"])
+    assert report["new_tokens"] == 12 or report["finish_reason"] == "eos"
+    # each window emits its accepted drafts and one token of its own, at most
+    assert 1 <= report["windows"] and report["accepted_draft_tokens"] <= report["proposed_draft_tokens"]
+    assert report["new_tokens"] <= report["windows"] + report["accepted_draft_tokens"]
+    # the rate agrees with the time it reports (both rounded)
     assert report["tok_s"] == pytest.approx(report["new_tokens"] / report["wall_s"], rel=0.01)
 
 
