@@ -1,4 +1,4 @@
-"""Cost-model benchmark (issue "Cost model"): adaptive windows against a grid of fixed
+"""Cost-model benchmark (engine/cost/chooser.py): adaptive windows against a grid of fixed
 (depth, width), and against plain AR on low-acceptance prompts, side by side in one run.
 
 Goals: adaptive tok/s >= best fixed - 5% on code-edit and Spec-Bench summarization; adaptive

@@ -21,7 +21,8 @@ candidates and emits tokens, so it counts.
 Figures (bench/results/spec_<device>.json): pooled tokens per pass (all new tokens / all passes)
 per configuration, tree / hf-pld (goal >= 1.2), tree / lookup-d24 at the same row budget overall
 and on prompts whose code has near-duplicate lines (>= 25 % of its non-trivial lines have a
-near-duplicate, difflib ratio >= 0.8: the case seed 000 says breadth wins; goal >= 1.15), and
+near-duplicate, difflib ratio >= 0.8: there lookup finds several matches that disagree, the case
+for verifying them side by side as a tree, as SpecInfer does, arXiv:2305.09781; goal >= 1.15), and
 what repeat penalty 1.3 does to acceptance.
 
     .venv/bin/python bench/bench_spec.py --new-tokens 128 --repeats 1          # CPU, slow

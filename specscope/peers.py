@@ -38,7 +38,7 @@ PEERS = ("transformers", "llamacpp")
 ENGINE = {"ours": "specscope", "transformers": "transformers", "llamacpp": "llama.cpp"}
 Progress = Callable[[str, "float | None"], None]   # (message, fraction or None)
 
-# the prompt-lookup settings compared (the issue's): transformers' default suggestion (10) and a
+# the prompt-lookup settings compared: transformers' default suggestion (10) and a
 # short one (3); llama-cpp-python's default (10) and the short one its README uses (2)
 TRANSFORMERS_PLD = (10, 3)
 LLAMACPP_PLD = (10, 2)
