@@ -123,10 +123,17 @@ def make(name: str, shape: tuple[int, ...], qtype: Q, rng: np.random.Generator) 
         return (1.0 + 0.1 * rng.standard_normal(shape[0])).astype(np.float32)
     rows, cols = shape
     if qtype in (Q.BF16, Q.F16):
-        w = (0.02 * rng.standard_normal((rows, cols), dtype=np.float32))
-        if qtype == Q.F16:
-            return w.astype(np.float16)
-        return (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8).reshape(rows, cols * 2)
+        # random bit patterns, fast for billions of weights: random sign and mantissa, exponent
+        # chosen so magnitudes lie in [1/128, 1/16) (bfloat16: bias 127, 7 mantissa bits;
+        # float16: bias 15, 10 mantissa bits)
+        bits = rng.integers(0, 1 << 16, size=(rows, cols), dtype=np.uint16)
+        if qtype == Q.BF16:
+            exp = (120 + (bits & 3)).astype(np.uint16) << 7
+            w = (bits & 0x807F) | exp
+        else:
+            exp = (8 + (bits & 3)).astype(np.uint16) << 10
+            w = (bits & 0x83FF) | exp
+        return w.view(np.uint8).reshape(rows, cols * 2) if qtype == Q.BF16 else w.view(np.float16)
     return random_blocks(rows, cols, qtype, rng)
 
 

@@ -347,7 +347,7 @@ def run_bench(a: argparse.Namespace) -> int:
         torch.set_num_threads(cfg.threads)    # before the runtime: its device name counts them
     say = Progress()
     say("loading the model", None)
-    rt = open_runtime(a.model, a.device, a.dtype)
+    rt = open_runtime(a.model, a.device, a.dtype, weights=a.weights)
     longest = max(len(encode_prompt(rt.tokenizer, list(p.messages))) for p in prompts)
     n_ctx = 1 << (longest + cfg.new_tokens + 64).bit_length()
     rows, skipped, extra = open_rows(rt, cfg.ours, cfg.peers, n_ctx, say)

@@ -92,7 +92,8 @@ def cmd_generate(a: argparse.Namespace) -> int:
     from engine.session import open_runtime
 
     quiet = a.json
-    rt = open_runtime(a.model, a.device, a.dtype, progress=None if quiet else Progress())
+    rt = open_runtime(a.model, a.device, a.dtype, progress=None if quiet else Progress(),
+                      weights=a.weights)
     ids = encode_prompt(rt.tokenizer, prompt)
     dec = Decoder(rt, ids, settings, detail=False)
     if not quiet:
@@ -111,14 +112,15 @@ def cmd_generate(a: argparse.Namespace) -> int:
     report = dec.report()
     print()
     summary = {k: report[k] for k in ("new_tokens", "windows", "tokens_per_pass", "tok_s",
-                                      "wall_s", "load_s", "finish_reason", "device", "dtype")}
+                                      "wall_s", "load_s", "finish_reason", "device", "dtype",
+                                      "weight_format")}
     print(json.dumps(summary), file=sys.stderr)
     return 0
 
 
 def cmd_roofline(a: argparse.Namespace) -> int:
     from engine.session import open_runtime
-    return run_roofline(a, lambda: open_runtime(a.model, a.device, a.dtype,
+    return run_roofline(a, lambda: open_runtime(a.model, a.device, a.dtype, weights=a.weights,
                                                  progress=Progress()))
 
 

@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--weights", default="auto")
+    ap.add_argument("--context", type=int, default=0, help="also allocate a KV cache this long")
     a = ap.parse_args()
 
     import torch
@@ -55,9 +56,20 @@ def main() -> None:
     t.join()
     peak[0] = max(peak[0], rss_anon())
     on_host = rt.weight_bytes if rt.device.type == "cpu" else 0
+    gpu = {}
+    if rt.device.type == "cuda":
+        gpu["gpu_after_load"] = torch.cuda.memory_allocated(rt.device)
+        gpu["gpu_peak_load"] = torch.cuda.max_memory_allocated(rt.device)
+        if a.context:
+            rt.start(a.context)
+            rt.warm_up()
+            torch.cuda.synchronize()
+            gpu["context"] = a.context
+            gpu["gpu_with_cache"] = torch.cuda.memory_allocated(rt.device)
+            gpu["gpu_reserved_with_graphs"] = torch.cuda.memory_reserved(rt.device)
     json.dump({"peak_gain": peak[0] - base, "weight_bytes": rt.weight_bytes, "on_host": on_host,
                "largest_tensor_bytes": largest, "largest_tensor_values": largest_values,
-               "load_s": load_s, "weights": rt.weights_label}, sys.stdout)
+               "load_s": load_s, "weights": rt.weights_label, **gpu}, sys.stdout)
 
 
 if __name__ == "__main__":
