@@ -92,3 +92,21 @@ def test_roofline_command_writes_a_valid_profile(tmp_path) -> None:
     assert prof.dtype == "float32" and prof.model.endswith(".gguf")
     assert all(ms > 0 for _, ms in prof.points)
     assert "break-even" in r.stdout
+
+
+def test_one_parser_keeps_common_options_before_or_after_the_subcommand() -> None:
+    from specscope.cli import build_parser
+    p = build_parser()
+    a = p.parse_args(["--model", "x.gguf", "--dtype", "bfloat16", "--weights", "packed", "generate"])
+    assert (a.model, a.dtype, a.weights, a.device) == ("x.gguf", "bfloat16", "packed", "auto")
+    a = p.parse_args(["--model", "x.gguf", "generate", "--model", "y.gguf", "--device", "cpu"])
+    assert (a.model, a.device, a.dtype, a.weights) == ("y.gguf", "cpu", "auto", "auto")
+    a = p.parse_args(["roofline", "--weights", "dequantized"])
+    assert a.weights == "dequantized" and a.model is None
+    a = p.parse_args(["--no-probe", "--windows", "3"])          # the window's own options
+    assert a.no_probe and a.windows == 3 and a.command is None
+
+
+def test_bad_weights_option_is_one_clear_line() -> None:
+    r = specscope("generate", "--weights", "int3", "--max-new-tokens", "1")
+    assert r.returncode == 2 and "--weights" in r.stderr and "Traceback" not in r.stderr
