@@ -27,6 +27,7 @@ from engine.io.load import load_model  # noqa: E402
 from engine.io.prompts import encode_prompt  # noqa: E402
 from engine.model.runtime import Runtime  # noqa: E402
 from engine.speculation.settings import DecodeSettings  # noqa: E402
+from engine.speculation.tree import TokenTree  # noqa: E402
 
 
 def main() -> None:
@@ -53,13 +54,13 @@ def main() -> None:
     rng = random.Random(0)
     R = 21
     tokens = [ids[-1]] + [rng.randrange(30000) for _ in range(R - 1)]
-    parents = [-1] + [rng.randrange(i) for i in range(1, R)]
+    tree = TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
     res = []
     for rt in (graph, eager):
         rt.start(len(ids) + 128)
         rt.warm_up()
         rt.prefill(ids[:-1])
-        res.append(rt.verify(tokens, parents))
+        res.append(rt.verify(tokens, tree.row_depths, tree.ancestor_mask()))
     diff = (res[0].logits - res[1].logits).abs().max().item()
     same_argmax = torch.equal(res[0].top_ids[:, 0], res[1].top_ids[:, 0])
     out["tree_graph_vs_eager_max_abs"] = diff

@@ -6,9 +6,15 @@ context length, so that committing a tree's accepted branch is two ops for all l
     slots [0, length)              committed tokens (the prompt and everything emitted, except the
                                    window's root, whose keys are computed as row 0 of the window)
     slots [length, length + rows)  this window's rows, written by the forward pass
+
+The cache owns `length`: it moves only through `advance` (a prefill chunk), `commit` (a
+window's accepted rows), `truncate`, `reset` and, for a timing pass, `at_length`.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 
@@ -24,10 +30,37 @@ class KVCache:
         # kv: [L, 2, H_kv, C, D]
         self.kv = torch.zeros(cfg.n_layers, 2, cfg.n_kv_heads, capacity, cfg.head_dim,
                               device=device, dtype=dtype)
-        self.length = 0
+        self._length = 0
+
+    @property
+    def length(self) -> int:
+        """Committed tokens: slots [0, length)."""
+        return self._length
 
     def reset(self) -> None:
-        self.length = 0
+        self._length = 0
+
+    def advance(self, n: int) -> None:
+        """The forward pass wrote n more committed tokens at slots [length, length + n)."""
+        if n < 0 or self._length + n > self.capacity:
+            raise ParameterError(f"cannot advance a cache of {self._length}/{self.capacity} "
+                                 f"tokens by {n}")
+        self._length += n
+
+    @contextmanager
+    def at_length(self, length: int) -> Iterator["KVCache"]:
+        """Act as if `length` tokens were committed, whatever those slots hold, and restore the
+        committed length afterwards: a timing pass costs the same whatever the keys are, and
+        writes only slots [length, length + rows), so above the committed length it touches
+        nothing committed."""
+        if not 0 <= length <= self.capacity:
+            raise ParameterError(f"length {length} is outside a cache of capacity {self.capacity}")
+        saved = self._length
+        self._length = length
+        try:
+            yield self
+        finally:
+            self._length = saved
 
     def room(self) -> int:
         """Rows a window may still write after the committed prefix."""
@@ -52,15 +85,16 @@ class KVCache:
         n = len(accepted_rows)
         if n == 0:
             return
-        if self.length + max(accepted_rows) >= self.capacity:
+        start = self._length
+        if start + max(accepted_rows) >= self.capacity:
             raise ParameterError("commit past the end of the KV cache")
         if accepted_rows != list(range(n)):
-            src = torch.tensor(accepted_rows, device=self.kv.device) + self.length
+            src = torch.tensor(accepted_rows, device=self.kv.device) + start
             moved = self.kv.index_select(3, src)            # [L, 2, H_kv, n, D]
-            self.kv[:, :, :, self.length:self.length + n] = moved
-        self.length += n
+            self.kv[:, :, :, start:start + n] = moved
+        self._length = start + n
 
     def truncate(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ParameterError(f"cannot truncate a cache of {self.length} tokens to {length}")
-        self.length = length
+        if not 0 <= length <= self._length:
+            raise ParameterError(f"cannot truncate a cache of {self._length} tokens to {length}")
+        self._length = length

@@ -13,7 +13,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -42,6 +42,13 @@ class RowScores:
     logits: torch.Tensor | None
     top_values: torch.Tensor
     top_ids: torch.Tensor
+
+
+def chain(n: int) -> tuple[list[int], torch.Tensor]:
+    """(depths [n], ancestors [n, n] bool) of a window that is a plain run of n tokens, row i the
+    child of row i - 1: what `Runtime.verify` takes for a probe pass or a reference forward.
+    A draft tree's arrays come from the tree itself (engine.speculation.tree.TokenTree)."""
+    return list(range(n)), torch.ones(n, n, dtype=torch.bool).tril()
 
 
 class _GraphBucket:
@@ -91,16 +98,18 @@ class _GraphBucket:
         with torch.cuda.graph(self.graph, pool=rt._pool):
             self.logits, self.top_values, self.top_ids = run()
 
-    def replay(self, tokens: list[int], depth: list[int], anc: torch.Tensor, n: int) -> None:
+    def replay(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
+               n: int) -> None:
+        """Run the bucket on a window of R <= B rows at committed length n (ancestors [R, R])."""
         B, R = self.rows, len(tokens)
         h = self.host
         h.zero_()
         h[:R] = torch.tensor(tokens)
-        h[B:B + R] = torch.tensor(depth)
+        h[B:B + R] = torch.tensor(depths)
         h[B + R:2 * B] = torch.arange(1, B - R + 1)     # padded rows: positions past the window
         h[2 * B] = n
         a = h[2 * B + 1:].view(B, B)
-        a[:R, :R] = anc
+        a[:R, :R] = ancestors
         a[R:, R:] = torch.eye(B - R, dtype=torch.long)  # padded rows see only themselves
         self.packed.copy_(h, non_blocking=True)
         if self.graph is not None:
@@ -199,30 +208,29 @@ class Runtime:
             mask = torch.ones(R, n + R, dtype=torch.bool, device=self.device)
             mask[:, n:] = torch.tril(mask[:, n:])
             self.model.forward(t, pos, mask, cache, pos, last_only=True)
-            cache.length += R
+            cache.advance(R)
 
     @torch.inference_mode()
-    def verify(self, tokens: list[int], parents: list[int], need_logits: bool = True) -> RowScores:
-        """One forward pass over a window: row 0 is `tokens[0]` (the root, the last committed
-        token, not yet in the cache), row i its descendant whose parent row is parents[i]
-        (parents[0] = -1). Row i sits at position length + depth(i) and attends to the
-        committed prefix, itself and its ancestors."""
+    def verify(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
+               need_logits: bool = True) -> RowScores:
+        """One forward pass over a window of R rows. Row 0 is `tokens[0]`, the root (the last
+        committed token, not yet in the cache). Row i sits at position length + depths[i] and
+        attends to the committed prefix and to the rows c with ancestors[i, c] ([R, R] bool:
+        itself and its ancestors). A draft tree gives both arrays (TokenTree.row_depths,
+        TokenTree.ancestor_mask); a plain run of tokens, `chain(R)`."""
         cache = self.cache
         R, n = len(tokens), cache.length
-        depth = [0] * R
-        anc = torch.eye(R, dtype=torch.bool)
-        for i in range(1, R):
-            p = parents[i]
-            depth[i] = depth[p] + 1
-            anc[i] |= anc[p]
+        if len(depths) != R or tuple(ancestors.shape) != (R, R):
+            raise ValueError(f"a window of {R} rows needs {R} depths and ancestors [{R}, {R}], "
+                             f"got {len(depths)} and {tuple(ancestors.shape)}")
         if self.use_graphs:
-            return self._verify_graph(tokens, depth, anc, need_logits)
+            return self._verify_graph(tokens, depths, ancestors, need_logits)
         if n + R > cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         t = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        pos = torch.tensor(depth, dtype=torch.long, device=self.device) + n
+        pos = torch.tensor(depths, dtype=torch.long, device=self.device) + n
         mask = torch.ones(R, n + R, dtype=torch.bool)
-        mask[:, n:] = anc
+        mask[:, n:] = ancestors
         slots = torch.arange(n, n + R, device=self.device)
         logits = self.model.forward(t, pos, mask.to(self.device), cache, slots)
         top = logits.topk(TOPK, dim=-1)
@@ -237,12 +245,13 @@ class Runtime:
             self._buckets[b] = _GraphBucket(self, b)
         return self._buckets[b]
 
-    def _verify_graph(self, tokens, depth, anc, need_logits) -> RowScores:
+    def _verify_graph(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
+                      need_logits: bool) -> RowScores:
         cache, R, n = self.cache, len(tokens), self.cache.length
         g = self._bucket(R)
         if n + g.rows > cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
-        g.replay(tokens, depth, anc, n)
+        g.replay(tokens, depths, ancestors, n)
         logits = g.logits[:R].float().cpu() if need_logits else None
         return RowScores(logits, g.top_values[:R].cpu(), g.top_ids[:R].cpu())
 
@@ -254,15 +263,10 @@ class Runtime:
         probe at context >= the committed length is safe in the middle of a run."""
         if context + n_rows > self.cache.capacity:
             self.start(context + n_rows + 64)
-        saved = self.cache.length
-        self.cache.length = context
-        tokens = [1] * n_rows
-        parents = [-1] + list(range(n_rows - 1))
-        try:
+        with self.cache.at_length(context):
             synchronize(self.device)
             t0 = time.perf_counter()
-            self.verify(tokens, parents, need_logits=False)
+            # the chain's arrays are built inside the timed span, as a window's are in the decoder
+            self.verify([1] * n_rows, *chain(n_rows), need_logits=False)
             synchronize(self.device)
             return (time.perf_counter() - t0) * 1e3
-        finally:
-            self.cache.length = saved

@@ -2,7 +2,7 @@
 
     ids = prompt; cache <- prefill(ids[:-1]); root = ids[-1]
     each window: tree = drafter.propose(...)           (empty tree: one plain decode step)
-                 scores = runtime.verify([root] + tree.tokens, parents)
+                 scores = runtime.verify([root] + tree.tokens, tree.row_depths, tree.ancestor_mask())
                  outcome = verify_greedy / verify_sampled (penalties on every row)
                  cache.commit([root row] + accepted rows); root = last emitted token
 
@@ -142,13 +142,12 @@ class Decoder:
             plan = self._plan(remaining)
             tree = self._propose(root, plan)
             t1 = time.perf_counter()
-            rows = [root, *tree.tokens]
-            parents = [-1] + [p + 1 for p in tree.parents]
             fast = s.sampling.greedy and not s.sampling.penalized and not self.detail
-            scores = rt.verify(rows, parents, need_logits=not fast)
+            scores = rt.verify([root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
+                               need_logits=not fast)
             t2 = time.perf_counter()
             outcome = self._verify(tree, scores)
-            self.rt.cache.commit([0] + [a + 1 for a in outcome.accepted])
+            self.rt.cache.commit(outcome.keep_rows)
             emitted, kinds = list(outcome.emitted), list(outcome.kinds)
             finish = ""
             for j, t in enumerate(emitted):

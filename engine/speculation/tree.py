@@ -2,9 +2,11 @@
 
 Row 0 is the root (the last committed token); node i is verify row i + 1. Nodes are stored in
 topological order (a parent always comes before its children), so a path, a depth or an
-ancestor set is one walk up the parents. The model, the KV cache and the verifier all read the
-tree through the same few views: `ancestor_mask` (who attends to whom), `positions` (RoPE
-positions) and `path_to` (which rows the KV cache keeps when a path is accepted).
+ancestor set is one walk up the parents. This is the one place a window's structure is turned
+into arrays: the model, the KV cache and the verifier read the tree through the same few views,
+`row_depths` and `ancestor_mask` (what one verify pass takes: each row's position past the
+committed prefix, and who attends to whom), `positions` (RoPE positions) and `path_to` (which
+rows the KV cache keeps when a path is accepted).
 
 Example: root 5 with continuations [7, 8] and [7, 9]
 
@@ -63,6 +65,22 @@ class TokenTree:
         """No draft: the window is one plain decode step."""
         return TokenTree(root=root, tokens=(), parents=(), provenance=())
 
+    @staticmethod
+    def from_rows(tokens: Sequence[int], parent_rows: Sequence[int]) -> "TokenTree":
+        """A tree given as verify rows: tokens[0] is the root, parent_rows[i] the row row i
+        hangs from (parent_rows[0] = -1). The nodes' provenance is unknown (source "given").
+
+        >>> TokenTree.from_rows([5, 7, 8, 9], [-1, 0, 1, 1]).parents
+        (-1, 0, 0)
+        """
+        if len(tokens) != len(parent_rows) or not tokens or parent_rows[0] != -1:
+            raise ValueError(f"need one parent row per token, row 0 the root (parent -1): got "
+                             f"{len(tokens)} tokens, {len(parent_rows)} parent rows")
+        given = Provenance(match=0, position=-1, source="given")
+        return TokenTree(root=int(tokens[0]), tokens=tuple(int(t) for t in tokens[1:]),
+                         parents=tuple(p - 1 for p in parent_rows[1:]),
+                         provenance=(given,) * (len(tokens) - 1))
+
     def __len__(self) -> int:
         return len(self.tokens)
 
@@ -104,6 +122,11 @@ class TokenTree:
 
     # --- what the model and the cache read -----------------------------------------------------
 
+    @property
+    def row_depths(self) -> tuple[int, ...]:
+        """[R] depth of each verify row: 0 for the root, then each node's depth."""
+        return (0,) + self._depths
+
     def ancestor_mask(self, device: torch.device | str | None = None) -> torch.Tensor:
         """[R, R] bool: row r attends to row c iff c is r or an ancestor of r (row 0 = root).
 
@@ -121,7 +144,7 @@ class TokenTree:
 
     def positions(self, base: int, device: torch.device | str | None = None) -> torch.Tensor:
         """[R] long: the root at `base`, node i at base + depth(i)."""
-        pos = torch.tensor((0,) + self._depths, dtype=torch.long) + base
+        pos = torch.tensor(self.row_depths, dtype=torch.long) + base
         return pos.to(device) if device is not None else pos
 
 

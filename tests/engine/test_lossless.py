@@ -23,6 +23,7 @@ import torch
 
 from engine.speculation.decoder import Decoder
 from engine.io.prompts import encode_prompt
+from engine.model.runtime import chain
 from engine.speculation.sampling import SamplingConfig
 from engine.speculation.settings import DecodeSettings
 
@@ -65,7 +66,7 @@ def rt(cpu_runtime):
         cache, key = cpu_runtime.cache, tuple(ids)
         if cache.length == 0 and key in saved:
             cache.kv[:, :, :, :len(ids)] = saved[key]    # kv: [L, 2, H_kv, C, D]
-            cache.length = len(ids)
+            cache.advance(len(ids))
             return
         real(ids)
         if cache.length == len(ids):
@@ -190,7 +191,7 @@ def test_sampled_speculation_with_penalties_stays_in_top_k(rt, prompts):
     rt.start(len(ids) + len(toks) + 1)
     rt.prefill(ids[:-1])
     seq = ids + toks
-    logits = rt.verify(seq[len(ids) - 1:-1], [-1] + list(range(len(toks) - 1))).logits  # [n, V]
+    logits = rt.verify(seq[len(ids) - 1:-1], *chain(len(toks))).logits  # [n, V]
     W = s.sampling.penalty_window
     changed = 0
     for k, t in enumerate(toks):

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from engine.io.prompts import encode_prompt
+from engine.model.runtime import chain
 from engine.speculation.decoder import Decoder
 from engine.speculation.settings import DecodeSettings
+from engine.speculation.tree import TokenTree
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +23,7 @@ def test_last_position_logits_match_transformers(cpu_runtime, hf_model, encoded)
     for ids in encoded:
         rt.start(len(ids) + 8)
         rt.prefill(ids[:-1])
-        ours = rt.verify([ids[-1]], [-1]).logits[0]
+        ours = rt.verify([ids[-1]], *chain(1)).logits[0]
         with torch.inference_mode():
             ref = hf_model(torch.tensor([ids])).logits[0, -1]
         assert (ours - ref).abs().max().item() < 1e-3
@@ -57,7 +59,8 @@ def _tree_window_matches_sequential(rt, ref_model, prefix: list[int], tokens: li
     of prefix + the tokens on row i's path, computed as a plain sequence."""
     rt.start(len(prefix) + len(tokens) + 8)
     rt.prefill(prefix)
-    ours = rt.verify(tokens, PARENTS).logits                      # [R, V]
+    tree = TokenTree.from_rows(tokens, PARENTS)
+    ours = rt.verify(tokens, tree.row_depths, tree.ancestor_mask()).logits     # [R, V]
     assert ours.shape[0] == len(tokens)
     for i in range(len(tokens)):
         seq = prefix + [tokens[j] for j in _path(i)]
@@ -91,7 +94,7 @@ def test_tiny_hf_folders_give_transformers_logits(arch: str, tmp_path) -> None:
     ids = [5, 17, 99, 3, 42, 42, 7, 64, 11]
     rt.start(32)
     rt.prefill(ids[:-1])
-    ours = rt.verify([ids[-1]], [-1]).logits[0]
+    ours = rt.verify([ids[-1]], *chain(1)).logits[0]
     with torch.inference_mode():
         ref = ref_model(torch.tensor([ids])).logits[0, -1]
     assert (ours - ref).abs().max().item() < 1e-4

@@ -21,7 +21,7 @@ from engine.io.hf import read_config
 from engine.io.load import load_model
 from engine.model.config import RopeScaling
 from engine.model.rope import attention_factor, inv_freq, rope_tables
-from engine.model.runtime import Runtime
+from engine.model.runtime import Runtime, chain
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
 # (arch, transformers rope_parameters): the tiny models have head_dim 16 (32 for qwen3) and 256
@@ -63,7 +63,7 @@ def _chain_logits(rt: Runtime, ids: list[int], committed: int) -> torch.Tensor:
     rt.start(len(ids) + 1)
     rt.prefill(ids[:committed])
     rest = ids[committed:]
-    return rt.verify(rest, [-1] + list(range(len(rest) - 1))).logits
+    return rt.verify(rest, *chain(len(rest))).logits
 
 
 IDS = torch.randint(3, 128, (160,), generator=torch.Generator().manual_seed(7)).tolist()

@@ -10,6 +10,7 @@ import torch
 
 from engine.errors import ParameterError
 from engine.model.runtime import Runtime
+from engine.speculation.tree import TokenTree
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +26,12 @@ def test_bucketed_verify_equals_eager(runtimes, tokenizer) -> None:
     rng = random.Random(0)
     R = 11    # pads to the 16-row bucket
     tokens = [prefix[-1]] + [rng.randrange(1000) for _ in range(R - 1)]
-    parents = [-1] + [rng.randrange(i) for i in range(1, R)]
+    tree = TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
     out = []
     for rt in (eager, bucketed):
         rt.start(len(prefix) + 64)
         rt.prefill(prefix[:-1])
-        out.append(rt.verify(tokens, parents))
+        out.append(rt.verify(tokens, tree.row_depths, tree.ancestor_mask()))
     torch.testing.assert_close(out[0].logits, out[1].logits, atol=1e-4, rtol=1e-4)
     assert torch.equal(out[0].top_ids[:, 0], out[1].top_ids[:, 0])
 

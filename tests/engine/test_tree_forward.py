@@ -8,8 +8,11 @@ import random
 import pytest
 import torch
 
+from engine.errors import ParameterError
 from engine.model.config import ModelConfig, expected_shapes
+from engine.model.source import TensorSource
 from engine.model.transformer import Transformer
+from engine.speculation.tree import TokenTree
 
 
 def random_model(arch: str, seed: int = 0) -> Transformer:
@@ -18,9 +21,15 @@ def random_model(arch: str, seed: int = 0) -> Transformer:
                       tie_embeddings=arch != "qwen2", qkv_bias=arch == "qwen2",
                       qk_norm=arch == "qwen3")
     g = torch.Generator().manual_seed(seed)
-    weights = {name: torch.randn(shape, generator=g) * (0.3 if len(shape) == 2 else 1.0)
+    weights = {name: f32_source(name, torch.randn(shape, generator=g) * (0.3 if len(shape) == 2 else 1.0))
                for name, shape in expected_shapes(cfg).items()}
     return Transformer(cfg, weights)
+
+
+def f32_source(name: str, t: torch.Tensor) -> TensorSource:
+    """An in-memory float32 tensor in the form the model reads weights in (the file's bytes)."""
+    raw = t.contiguous().reshape(t.shape[0] if t.dim() > 1 else 1, -1).view(torch.uint8)
+    return TensorSource(name, tuple(t.shape), "F32", raw.numel(), lambda: raw)
 
 
 def random_tree(rng: random.Random, n_nodes: int, vocab: int) -> tuple[list[int], list[int]]:
@@ -39,20 +48,17 @@ def path_rows(parents: list[int], row: int) -> list[int]:
 
 
 def run_tree(model: Transformer, prefix: list[int], tokens: list[int], parents: list[int]):
+    """The window's positions and ancestor mask come from TokenTree, as in the decoder."""
     cache = model.new_cache(128)
     n = len(prefix)
     R = len(tokens)
     m = torch.tril(torch.ones(n, n, dtype=torch.bool))
     model.forward(torch.tensor(prefix), torch.arange(n), m, cache, torch.arange(n))
-    cache.length = n
-    depth = [0] * R
-    anc = torch.eye(R, dtype=torch.bool)
-    for i in range(1, R):
-        depth[i] = depth[parents[i]] + 1
-        anc[i] |= anc[parents[i]]
+    cache.advance(n)
+    tree = TokenTree.from_rows(tokens, parents)
     mask = torch.ones(R, n + R, dtype=torch.bool)
-    mask[:, n:] = anc
-    logits = model.forward(torch.tensor(tokens), torch.tensor(depth) + n, mask, cache,
+    mask[:, n:] = tree.ancestor_mask()
+    logits = model.forward(torch.tensor(tokens), tree.positions(n), mask, cache,
                            torch.arange(n, n + R))
     return logits, cache
 
@@ -64,7 +70,7 @@ def run_sequential(model: Transformer, seq: list[int]):
         mask = torch.ones(1, i + 1, dtype=torch.bool)
         out.append(model.forward(torch.tensor([t]), torch.tensor([i]), mask, cache,
                                  torch.tensor([i]))[0])
-        cache.length = i + 1
+        cache.advance(1)
     return torch.stack(out), cache
 
 
@@ -106,3 +112,20 @@ def test_commit_of_a_chain_moves_nothing_and_extends_the_prefix() -> None:
     cache.commit([0, 1, 2])
     assert cache.length == 6
     assert torch.equal(before, cache.kv)
+
+
+def test_the_cache_owns_its_length() -> None:
+    cache = random_model("llama").new_cache(8)
+    cache.advance(3)
+    assert cache.length == 3 and cache.room() == 5
+    with pytest.raises(RuntimeError):
+        with cache.at_length(6):                # a timing pass: restored even on an error
+            assert cache.length == 6 and cache.room() == 2
+            raise RuntimeError
+    assert cache.length == 3
+    with pytest.raises(AttributeError):
+        cache.length = 5                        # only its methods move it
+    with pytest.raises(ParameterError):
+        cache.advance(6)                        # past the capacity
+    cache.truncate(1)
+    assert cache.length == 1
