@@ -1,9 +1,10 @@
 """Pricing speculative windows: which (depth, width) to draft next, and the AR floor.
 
-Seed 002, section 05: pick the draft depth k that maximises expected emitted tokens per unit of
-window cost, and fall back to one token per step when no window beats it. Section 07: the AR
-floor times one plain step, probes up to three windows and retires the request to plain decoding
-when none was strictly cheaper per emitted token.
+Pick the draft depth k that maximises expected emitted tokens per unit of window cost, as
+Leviathan et al. 2023 choose their draft length γ (their E = (1 - α^(γ+1)) / (1 - α) is the
+formula below with one acceptance rate α at every depth), and fall back to one token per step when
+no window beats it. The AR floor (`ArFloor`) times one plain step, probes up to three windows and
+retires the request to plain decoding when none was strictly cheaper per emitted token.
 
 Expected tokens. A window always emits one token of the target's own (a correction or a bonus),
 plus every accepted draft node along the accepted path. With a_d = P(a node at depth d is
@@ -200,8 +201,9 @@ class WindowChooser:
             f"does not beat plain {ar_rate:.4g} tok/ms"))
 
     def choose_among(self, available: dict[str, int | None]) -> tuple[str, Choice]:
-        """Best drafter and window across drafters (seed 002 section 06: a takeover must pay on
-        the same clock). available: drafter -> its available depth (None: unlimited)."""
+        """Best drafter and window across drafters, all priced in tokens per ms on the same
+        profile (a drafter takes over only if it pays on the same clock). available: drafter ->
+        its available depth (None: unlimited)."""
         if not available:
             raise ParameterError("choose_among needs at least one drafter")
         picks = [(name, self.choose(name, depth)) for name, depth in available.items()]
@@ -277,7 +279,7 @@ def _with_reason(c: Choice, reason: str) -> Choice:
 
 
 # ---------------------------------------------------------------------------------------------
-# The AR floor (seed 002, section 07)
+# The AR floor
 
 PROBING, SPECULATING, RETIRED = "probing", "speculating", "retired"
 

@@ -38,7 +38,7 @@ DEFAULT_CONTEXT = 1024
 
 
 class VerifyTimer(Protocol):
-    """What `run_roofline` needs from the runtime (the lead's engine runtime provides it)."""
+    """What the probe needs from a runtime (engine.model.runtime.Runtime provides it)."""
 
     device_name: str        # human name, e.g. "NVIDIA H200 (CUDA)", "AMD Radeon RX 9070 XT (ROCm)"
     device: Any             # torch.device (its .type picks the default rows) or "cpu" / "cuda"

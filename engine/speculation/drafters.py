@@ -12,10 +12,12 @@ afterwards. An empty tree means "no draft: decode one token normally".
 - `TreeDrafter`: the top `width` distinct continuations merged into a trie. Code is full of
   near-duplicate lines (`self.a = a`, `self.b = b`, ...), so the same suffix is followed by
   several plausible continuations; a linear drafter must bet on one, the tree checks several in
-  the same pass (seed 000: 3 matches x depth 8 = 24 rows + the root). Candidates come from every
-  n from n_max down to n_min, longer n-grams first (a longer match is more specific), then by
-  how often the continuation recurs, then by recency; a candidate equal to, or a prefix of, one
-  already taken adds no node and is skipped, so `width` counts branches that really differ.
+  the same pass (3 matches x depth 8 = 24 rows + the root: on a bandwidth-bound card such rows
+  are nearly free; the RX 9070 XT reference in assets/profiles is flat up to ~24 rows).
+  Candidates come from every n from n_max down to n_min, longer n-grams first (a longer match is
+  more specific), then by how often the continuation recurs, then by recency; a candidate equal
+  to, or a prefix of, one already taken adds no node and is skipped, so `width` counts branches
+  that really differ.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cost fit, profiles and what-if pricing (engine/cost.py)."""
+"""The cost fit (engine/cost/fit.py), profiles and what-if pricing (engine/cost/profile.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.optimize import least_squares
 
-from engine.cost.profile import (CostFit, CostProfile, _hinge, describe_fit, fit_points, format_break_even,
-                         profile_from_points, reference_profile, reference_profiles, what_if,
-                         windows_of)
+from engine.cost.fit import CostFit, _hinge, fit_points
+from engine.cost.profile import (CostProfile, describe_fit, format_break_even, profile_from_points,
+                                 reference_profile, reference_profiles, what_if, windows_of)
 from engine.errors import ParameterError, SpecscopeError
 
 PROBE_ROWS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
@@ -29,7 +29,7 @@ def synthetic(flat, slope, knee, one, rows, noise, seed, samples=5):
 
 @pytest.mark.parametrize("flat,slope,knee,one", [
     (2.5, 0.01, 100.0, 1.4),     # H200-like: GEMV one-row point, knee near 100 rows
-    (25.3, 1.04, 25.3 / 1.04, 25.3),   # seed 000's RX 9070 XT roofline
+    (25.3, 1.04, 25.3 / 1.04, 25.3),   # the bundled RX 9070 XT roofline
     (10.0, 0.5, 12.0, 10.0),     # CPU-like: knee early, steep slope
 ])
 def test_fit_recovers_hinge_parameters_within_5_percent(flat, slope, knee, one):
@@ -75,7 +75,7 @@ def test_pure_noise_invents_no_knee():
 
 
 def test_linear_every_row_costs_puts_the_knee_at_one_row():
-    # seed 002's Strix Halo shape measured row by row: no flat part, no GEMV discount
+    # the bundled Strix Halo linear fit, measured row by row: no flat part, no GEMV discount
     pts = synthetic(30.5, 6.9, 1.0, 30.5, range(1, 9), noise=0.005, seed=1)
     f = fit_points(pts)
     assert f.knee_rows == pytest.approx(1.0, abs=0.1)
@@ -113,16 +113,16 @@ def test_fit_rejects_bad_points():
 # --- reference profiles ------------------------------------------------------------------
 
 
-def test_reference_profiles_load_with_the_seeds_numbers():
+def test_reference_profiles_load_with_their_published_numbers():
     refs = reference_profiles()
     assert set(refs) == {"rx9070xt-qwen3.5-9b", "strix-halo-flash-next", "r9700-flash-next",
                          "h200-qwen3-8b-shape", "h200-qwen2.5-0.5b-shape", "h200-smollm2-135m-shape",
                          "h200-smollm2-135m-bundled-bf16"}
     rx = refs["rx9070xt-qwen3.5-9b"]
     assert rx.kind == "roofline"
-    assert rx.fit.knee_rows == pytest.approx(25.3 / 1.04)      # seed 000: ~24 rows
+    assert rx.fit.knee_rows == pytest.approx(25.3 / 1.04)      # ~24 rows
     assert rx.ms(1) == rx.ms(24) == 25.3 and rx.ms(48) == pytest.approx(1.04 * 48)
-    # seed 002, section 05, break-even table (rows 2..4)
+    # the break-even table the linear fits imply, rows 2..4: (base + (R - 1) * per_row) / base
     halo, r97 = refs["strix-halo-flash-next"], refs["r9700-flash-next"]
     assert [round(be, 2) for _, _, be in halo.break_even_table([2, 3, 4])] == [1.23, 1.45, 1.68]
     assert [round(be, 2) for _, _, be in r97.break_even_table([2, 3, 4])] == [1.49, 1.98, 2.47]
