@@ -8,7 +8,8 @@ tokenized with the bundled model's tokenizer (engine.tokenizer over SmolLM2's GG
 does once per window.
 
 Second part (--no-oracle skips it): tokens per verify pass when the target emits each answer
-exactly (an oracle target; greedy verification through engine.verify), linear lookup vs tree.
+exactly (engine.speculation.oracle: greedy verification against an oracle target), linear
+lookup vs tree.
 
     .venv/bin/python bench/bench_ngram.py [--tokens 4000] [--record]
 """
@@ -30,10 +31,8 @@ from engine.speculation.drafters import LookupDrafter, TreeDrafter  # noqa: E402
 from engine.io.gguf_file import read_gguf  # noqa: E402
 from engine.io.load import default_model_path  # noqa: E402
 from engine.speculation.ngram import NgramIndex  # noqa: E402
-from engine.speculation.sampling import SamplingConfig  # noqa: E402
+from engine.speculation.oracle import oracle_tokens_per_pass  # noqa: E402
 from engine.io.tokenizer import Tokenizer  # noqa: E402
-from engine.speculation.tree import TokenTree  # noqa: E402
-from engine.speculation.verify import verify_greedy  # noqa: E402
 
 
 def answer_text(item: dict) -> str:
@@ -76,29 +75,6 @@ def time_index(stream: list[int], n_min: int, n_max: int, depth: int, width: int
     for name, ts in t_propose.items():
         out[f"propose_us[{name}]"] = {"median": median(ts), "p99": percentile(ts, 0.99)}
     return out
-
-
-def oracle_tokens_per_pass(prompt: list[int], answer: list[int], drafter, depth: int, width: int) -> float:
-    vocab = {t: i for i, t in enumerate(dict.fromkeys(prompt + answer))}   # compact ids
-    prompt, answer = [vocab[t] for t in prompt], [vocab[t] for t in answer]
-    idx = NgramIndex(1, 4)
-    idx.extend(prompt)
-    context, done, passes = list(prompt), 0, 0
-    while done < len(answer):
-        tree = (TokenTree.empty(context[-1]) if drafter is None
-                else drafter.propose(idx, context[-1], depth, width, 1 + depth * width))
-        logits = torch.zeros(tree.n_rows, len(vocab))
-        for r in range(tree.n_rows):
-            path = tree.path_tokens(r - 1) if r else []
-            k = done + len(path)
-            if answer[done:k] == path and k < len(answer):
-                logits[r, answer[k]] = 1.0
-        emitted = verify_greedy(tree, logits, context, SamplingConfig()).emitted[:len(answer) - done]
-        context.extend(emitted)
-        idx.extend(emitted)
-        done += len(emitted)
-        passes += 1
-    return len(answer) / passes
 
 
 def main() -> None:

@@ -8,20 +8,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.speculation.drafters import (MAX_SCAN, LookupDrafter, TreeDrafter, alternative_depth, make_drafter,
-                             tree_rows)
 from engine.errors import ParameterError
 from engine.io.gguf_file import read_gguf
 from engine.io.load import default_model_path
-from engine.speculation.ngram import NgramIndex
-from engine.speculation.sampling import SamplingConfig
 from engine.io.tokenizer import Tokenizer
+from engine.speculation.drafters import (MAX_SCAN, LookupDrafter, TreeDrafter, alternative_depth, make_drafter,
+                                         tree_rows)
+from engine.speculation.ngram import NgramIndex
+from engine.speculation.oracle import oracle_tokens_per_pass
 from engine.speculation.tree import TokenTree
-from engine.speculation.verify import verify_greedy
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "assets" / "workloads" / "code_edit_prompts.jsonl"
 
@@ -196,11 +194,25 @@ def test_tree_drafter_width_depth_budget_and_sources(code_prompt, depth, width):
         assert wider > 5   # the prompt really produces branching trees
 
 
-def test_make_drafter():
+def test_make_drafter_builds_what_the_flags_name():
+    """A stream where the suffix `5 1 2` was followed first by `3 5` and later by `4 5`: the
+    lookup drafter copies the occurrence its match rule names, the tree drafter holds both
+    (most recent first) and ignores the match rule."""
+    stream = [5, 1, 2, 3, 5, 1, 2, 4, 5, 1, 2]
+    idx = NgramIndex(1, 4)
+    idx.extend(stream)
+
+    def propose(draft: str, match: str, width: int = 1) -> TokenTree:
+        return make_drafter(draft, match).propose(idx, stream[-1], 2, width, budget_rows=8)
+
     assert make_drafter("none", "recent") is None
-    assert isinstance(make_drafter("lookup", "first"), LookupDrafter)
-    assert make_drafter("lookup", "first").match == "first"
-    assert isinstance(make_drafter("tree", "recent"), TreeDrafter)
+    assert chain(propose("lookup", "recent")) == [4, 5]
+    assert chain(propose("lookup", "first")) == [3, 5]
+    assert chain(propose("lookup", "frequent")) == [4, 5]      # a tie: the most recent
+    for match in ("recent", "first"):
+        tree = propose("tree", match, width=2)
+        assert (tree.tokens, tree.parents) == ((4, 5, 3, 5), (-1, 0, -1, 2))
+        assert [p.match for p in tree.provenance] == [0, 0, 1, 1]
     with pytest.raises(ParameterError, match="drafter"):
         make_drafter("medusa", "recent")
     with pytest.raises(ParameterError, match="match"):
@@ -216,33 +228,15 @@ def oracle_answer(item: dict) -> str:
     return "```python\n" + re.sub(rf"\b{item['old_name']}\b", item["new_name"], code) + "```"
 
 
-def simulate(prompt: list[int], answer: list[int], drafter, depth: int, width: int) -> float:
-    """Greedy speculative decoding where the target model emits `answer` exactly: row r's logits
-    are one-hot at the answer's next token when r's path matches the answer so far. Returns
-    tokens per verify pass."""
-    vocab = {t: i for i, t in enumerate(dict.fromkeys(prompt + answer))}   # a compact vocabulary
-    prompt = [vocab[t] for t in prompt]
-    answer = [vocab[t] for t in answer]
-    idx = NgramIndex(1, 4)
-    idx.extend(prompt)
-    context, done, passes = list(prompt), 0, 0
-    while done < len(answer):
-        tree = (TokenTree.empty(context[-1]) if drafter is None else
-                drafter.propose(idx, context[-1], depth, width, 1 + depth * width))
-        logits = torch.zeros(tree.n_rows, len(vocab))
-        for r in range(tree.n_rows):
-            path = tree.path_tokens(r - 1) if r else []
-            k = done + len(path)
-            if answer[done:k] == path and k < len(answer):
-                logits[r, answer[k]] = 1.0
-        out = verify_greedy(tree, logits, context, SamplingConfig())
-        emitted = out.emitted[:len(answer) - done]
-        assert emitted == answer[done:done + len(emitted)]
-        context.extend(emitted)
-        idx.extend(emitted)
-        done += len(emitted)
-        passes += 1
-    return len(answer) / passes
+def test_oracle_counts_the_passes_a_copying_drafter_needs():
+    """The answer copies the prompt: with depth 8 the lookup drafter drafts all of it and one
+    pass emits it; with depth 2 each pass accepts 2 drafts plus the target's own token."""
+    prompt, answer = [7, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6]
+    assert oracle_tokens_per_pass(prompt, answer, None, 8, 1) == 1.0
+    assert oracle_tokens_per_pass(prompt, answer, LookupDrafter("recent"), 8, 1) == 6.0
+    assert oracle_tokens_per_pass(prompt, answer, LookupDrafter("recent"), 2, 1) == 3.0
+    # nothing to copy: the drafter never helps
+    assert oracle_tokens_per_pass([9, 8], [1, 2, 3], TreeDrafter(), 8, 3) == 1.0
 
 
 def test_tree_beats_linear_lookup_on_code_edits(tokenizer, workloads):
@@ -250,9 +244,9 @@ def test_tree_beats_linear_lookup_on_code_edits(tokenizer, workloads):
     for item in workloads[:3]:
         prompt = tokenizer.encode(item["messages"][0]["content"], add_special_tokens=False)
         answer = tokenizer.encode(oracle_answer(item), add_special_tokens=False)
-        plain = simulate(prompt, answer, None, 8, 1)
-        recent = simulate(prompt, answer, LookupDrafter("recent"), 8, 1)
-        tree = simulate(prompt, answer, TreeDrafter(), 8, 3)
+        plain = oracle_tokens_per_pass(prompt, answer, None, 8, 1)
+        recent = oracle_tokens_per_pass(prompt, answer, LookupDrafter("recent"), 8, 1)
+        tree = oracle_tokens_per_pass(prompt, answer, TreeDrafter(), 8, 3)
         assert plain == 1.0
         results.append((recent, tree))
         assert tree >= recent > 1.5
