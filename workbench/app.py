@@ -84,14 +84,13 @@ def run_offscreen(app, win, path: str, windows: int | None, replay: str | None =
         ok = win.open_recording(replay)
     else:
         loop = QEventLoop()
-        win.worker.run_finished.connect(lambda *_: loop.quit())
-        win.worker.failed.connect(lambda *_: loop.quit())
+        win.run.finished.connect(loop.quit)
+        win.run.failed.connect(loop.quit)
         ok = win.start_run(max_windows=windows)
         if ok:
             loop.exec()
     app.processEvents()
-    win._mark_dirty()
-    win.render_now()
+    win.render_all()
     app.processEvents()
     out = Path(path)
     win.grab().save(str(out))
@@ -107,7 +106,3 @@ def run_offscreen(app, win, path: str, windows: int | None, replay: str | None =
         code = 2
     win.close()
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -51,14 +51,14 @@ def _ask_png(win, name: str) -> None:
     path, _ = QFileDialog.getSaveFileName(win, f"Export {VIEWS[name]}", f"specscope-{name}.png", "PNG (*.png)")
     if path:
         export_png(win, name, path)
-        win.status_text.setText(f"exported {VIEWS[name].lower()} to {path}")
+        win.status.say(f"exported {VIEWS[name].lower()} to {path}")
 
 
 def _ask_csv(win) -> None:
     path, _ = QFileDialog.getSaveFileName(win, "Export verify rows", "specscope-rows.csv", "CSV (*.csv)")
     if path:
         export_csv(win, path)
-        win.status_text.setText(f"exported the verify rows to {path}")
+        win.status.say(f"exported the verify rows to {path}")
 
 
 def export_menu(win, parent=None) -> QMenu:
@@ -73,7 +73,7 @@ def export_menu(win, parent=None) -> QMenu:
 class ExportButton(QToolButton):
     def __init__(self, win):
         super().__init__(win)
-        self.setText("Export")
+        self.setText("Export ▾")
         self.setIcon(theme.icon_export())
         self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)

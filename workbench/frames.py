@@ -1,43 +1,48 @@
 """Frame pacing: when to redraw, and which views, so a live run keeps its CPU. No Qt here.
 
-Views are drawn in groups. A new window marks every group pending. While a run streams:
+The pacer holds the window's views in drawing order and knows of each only whether it is a
+run-wide plot (`is_plot`, see workbench.views.base). A new window marks every view pending.
+While a run streams:
 
 - frames are spaced by their own cost: a frame that took c seconds of the main thread's CPU
   (its redraw plus the repaint Qt does right after) is followed by at least c / cpu_budget
   seconds without one, never less than min_gap_s (~30 Hz) nor more than max_gap_s;
-- one group is drawn per frame, round robin over the window views and one plot slot, so no
-  single frame stalls the event loop for long and a stream of windows never starves the plots;
-- the run-wide plots are redrawn at most plots_hz (they change slowly).
+- one view is drawn per frame, round robin over the window views and one slot the plots share,
+  so no single frame stalls the event loop for long and a stream of windows never starves the
+  plots;
+- the plots are redrawn at most plots_hz (they change slowly).
 
-When nothing streams (paused, finished, scrubbing the timeline, replaying) every pending group
-is drawn in the next frame.
+When nothing streams (paused, finished, scrubbing the timeline, replaying) every pending view is
+drawn in the next frame.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 
-VIEW_GROUPS = ("tree", "rows", "detail")
-PLOT_GROUPS = ("roofline", "stats_top", "stats_bottom")
-GROUPS = VIEW_GROUPS + PLOT_GROUPS
+from workbench.views.base import View
 
 
-@dataclass
 class FramePacer:
-    cpu_budget: float = 0.05      # share of the main thread redraws may take while streaming
-    min_gap_s: float = 0.033
-    max_gap_s: float = 1.0
-    plots_hz: float = 2.0
-    pending: set[str] = field(default_factory=set)
-    costs_ms: list[float] = field(default_factory=list)
-    _next_at: float = 0.0
-    _started: tuple[float, float] | None = None
-    _plots_at: float = -1e9
-    _turn: int = 0
-    _plot_turn: int = 0
+    def __init__(self, views: Sequence[View], *, cpu_budget: float = 0.05, min_gap_s: float = 0.033,
+                 max_gap_s: float = 1.0, plots_hz: float = 2.0):
+        self.views = tuple(views)
+        self.cpu_budget, self.min_gap_s, self.max_gap_s, self.plots_hz = cpu_budget, min_gap_s, max_gap_s, plots_hz
+        self._plots = [k for k, v in enumerate(self.views) if v.is_plot]
+        # the round robin of a streaming frame: each window view, then one slot for the plots
+        self._slots: list[int | None] = [k for k, v in enumerate(self.views) if not v.is_plot] + [None]
+        self.pending: set[int] = set()          # positions in `views`
+        self.costs_ms: list[float] = []         # main-thread CPU of every frame drawn
+        self._next_at = 0.0
+        self._started: tuple[float, float] | None = None
+        self._plots_at = -1e9
+        self._turn = 0
+        self._plot_turn = 0
 
-    def mark_all(self) -> None:
-        self.pending = set(GROUPS)
+    def mark(self, views: Iterable[View] | None = None) -> None:
+        """Make `views` (default: all) pending."""
+        chosen = self.views if views is None else list(views)
+        self.pending |= {k for k, v in enumerate(self.views) if any(v is c for c in chosen)}
 
     def account(self, now_cpu: float) -> None:
         """Close the frame started earlier: its cost sets the earliest start of the next one."""
@@ -55,26 +60,30 @@ class FramePacer:
     def started(self, now: float, now_cpu: float) -> None:
         self._started = (now, now_cpu)
 
-    def take(self, now: float, streaming: bool, split: bool) -> list[str]:
-        """The groups to draw now (removed from pending), in drawing order."""
-        groups = [g for g in GROUPS if g in self.pending]
+    def take(self, now: float, streaming: bool, split: bool) -> list[View]:
+        """The views to draw now (no longer pending), in drawing order."""
+        picked = sorted(self.pending)
         if streaming and now - self._plots_at < 1.0 / (2 * self.plots_hz):
-            groups = [g for g in groups if g not in PLOT_GROUPS]
-        if split and groups:
-            slots = VIEW_GROUPS + ("plot",)
-            plot_order = PLOT_GROUPS[self._plot_turn:] + PLOT_GROUPS[:self._plot_turn]
-            plot = next((g for g in plot_order if g in groups), None)
-            pick = None
-            for k in range(len(slots)):
-                slot = slots[(self._turn + k) % len(slots)]
-                pick = plot if slot == "plot" else (slot if slot in groups else None)
-                if pick is not None:
-                    self._turn = (self._turn + k + 1) % len(slots)
-                    break
-            if pick in PLOT_GROUPS:
-                self._plot_turn = (PLOT_GROUPS.index(pick) + 1) % len(PLOT_GROUPS)
-            groups = [pick]
-        if any(g in PLOT_GROUPS for g in groups):
+            picked = [k for k in picked if k not in self._plots]
+        if split and picked:
+            picked = [self._next_turn(picked)]
+        if any(k in self._plots for k in picked):
             self._plots_at = now
-        self.pending -= set(groups)
-        return groups
+        self.pending -= set(picked)
+        return [self.views[k] for k in picked]
+
+    def _next_turn(self, candidates: list[int]) -> int:
+        """The first slot from this turn on that has a candidate; the plots' slot takes its
+        plots in turn too."""
+        n = len(self._plots)
+        plot = next((self._plots[(self._plot_turn + j) % n] for j in range(n)
+                     if self._plots[(self._plot_turn + j) % n] in candidates), None)
+        for j in range(len(self._slots)):
+            slot = self._slots[(self._turn + j) % len(self._slots)]
+            pick = plot if slot is None else (slot if slot in candidates else None)
+            if pick is not None:
+                self._turn = (self._turn + j + 1) % len(self._slots)
+                if slot is None:
+                    self._plot_turn = (self._plots.index(pick) + 1) % n
+                return pick
+        raise AssertionError("a candidate is always a window view or a plot")

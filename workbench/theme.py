@@ -87,6 +87,7 @@ QToolButton {{ color: {TEXT}; background: transparent; border: 1px solid transpa
 QToolButton:hover {{ background: {PANEL_ALT}; border-color: {BORDER}; }}
 QToolButton:checked {{ background: {PANEL_ALT}; border-color: {ACCENT}; }}
 QToolButton:disabled {{ color: #59616b; }}
+QToolButton[popupMode="2"]::menu-indicator {{ image: none; width: 0; }}
 QStatusBar {{ background: {BG}; color: {MUTED}; }}
 QStatusBar::item {{ border: none; }}
 QLabel {{ background: transparent; }}
@@ -102,6 +103,7 @@ QComboBox, QSpinBox, QDoubleSpinBox, QLineEdit {{
     background: {PANEL_ALT}; border: 1px solid {BORDER}; border-radius: 3px; padding: 2px 4px;
     selection-background-color: {ACCENT}; min-height: 20px; }}
 QComboBox:focus, QSpinBox:focus, QDoubleSpinBox:focus, QLineEdit:focus {{ border-color: {ACCENT}; }}
+QComboBox:disabled, QSpinBox:disabled, QDoubleSpinBox:disabled, QLineEdit:disabled {{ color: #59616b; }}
 QComboBox QAbstractItemView {{ background: {PANEL_ALT}; selection-background-color: {ACCENT}; }}
 QPlainTextEdit, QTextEdit, QTextBrowser {{ background: {PANEL}; border: none;
     selection-background-color: #33556b; }}
@@ -202,6 +204,13 @@ def _fill(p: QPainter, color: str) -> None:
     p.setBrush(QColor(color))
 
 
+def _stroke(p: QPainter, color: str, width: float) -> None:
+    pen = QPen(QColor(color), width)
+    pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+    p.setPen(pen)
+    p.setBrush(Qt.BrushStyle.NoBrush)
+
+
 def icon_run() -> QIcon:
     def d(p):
         _fill(p, GREEN)
@@ -234,10 +243,7 @@ def icon_stop() -> QIcon:
 
 def icon_reset() -> QIcon:
     def d(p):
-        pen = QPen(QColor(TEXT), 1.8)
-        pen.setCapStyle(Qt.PenCapStyle.RoundCap)
-        p.setPen(pen)
-        p.setBrush(Qt.BrushStyle.NoBrush)
+        _stroke(p, TEXT, 1.8)
         p.drawArc(QRectF(3, 3, 10, 10), 100 * 16, 280 * 16)
         _fill(p, TEXT)
         p.drawPolygon(QPolygonF([QPointF(6.5, 0.8), QPointF(10, 3.2), QPointF(6.3, 5.6)]))
@@ -265,22 +271,10 @@ def icon_save() -> QIcon:
     return _icon(d)
 
 
-def icon_record() -> QIcon:
-    def d(p):
-        _fill(p, RED)
-        p.drawEllipse(QPointF(8, 8), 4.5, 4.5)
-    return _icon(d)
-
-
 def icon_export() -> QIcon:
     def d(p):
-        pen = QPen(QColor(TEXT), 1.5)
-        pen.setCapStyle(Qt.PenCapStyle.RoundCap)
-        p.setPen(pen)
+        _stroke(p, TEXT, 1.5)
+        p.drawPolyline(QPolygonF([QPointF(5, 5.5), QPointF(8, 2.5), QPointF(11, 5.5)]))   # arrow head
         p.drawLine(QPointF(8, 2.5), QPointF(8, 10))
-        p.drawLine(QPointF(5, 5.5), QPointF(8, 2.5))
-        p.drawLine(QPointF(11, 5.5), QPointF(8, 2.5))
-        p.drawLine(QPointF(3, 11), QPointF(3, 13.5))
-        p.drawLine(QPointF(3, 13.5), QPointF(13, 13.5))
-        p.drawLine(QPointF(13, 13.5), QPointF(13, 11))
+        p.drawPolyline(QPolygonF([QPointF(3, 11), QPointF(3, 13.5), QPointF(13, 13.5), QPointF(13, 11)]))
     return _icon(d)

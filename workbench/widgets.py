@@ -1,9 +1,39 @@
-"""Small shared widgets: the timeline scrubber and the error banner."""
+"""Small shared widgets: the timeline scrubber, the error banner, and the views' box layouts."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
+from PySide6.QtWidgets import (QBoxLayout, QFrame, QHBoxLayout, QLabel, QLayout, QPushButton, QSlider,
+                               QVBoxLayout, QWidget)
+
+# a part of a box: a widget, a layout, an int (a stretch), or (widget or layout, its stretch)
+BoxItem = QWidget | QLayout | int | tuple
+
+
+def _fill(box: QBoxLayout, parts: tuple) -> QBoxLayout:
+    for part in parts:
+        part, stretch = part if isinstance(part, tuple) else (part, 0)
+        if isinstance(part, int):
+            box.addStretch(part)
+        elif isinstance(part, QLayout):
+            box.addLayout(part, stretch)
+        else:
+            box.addWidget(part, stretch)
+    return box
+
+
+def column(owner: QWidget, *parts: BoxItem, margins: tuple[int, int, int, int] = (8, 6, 8, 6),
+           spacing: int = 4) -> QVBoxLayout:
+    """`parts` top to bottom in `owner`, with the padding every view uses."""
+    box = QVBoxLayout(owner)
+    box.setContentsMargins(*margins)
+    box.setSpacing(spacing)
+    return _fill(box, parts)
+
+
+def row(*parts: BoxItem) -> QHBoxLayout:
+    """`parts` left to right (a header or legend line inside a view)."""
+    return _fill(QHBoxLayout(), parts)
 
 
 class Timeline(QWidget):

@@ -4,6 +4,10 @@ One long-lived `SessionWorker` (a QThread) takes requests from a queue, so an en
 ends a run, not the worker: the next run reuses the thread and the loaded model. The decoder is a
 generator; between two windows the worker checks stop, pause and single steps, and each yielded
 `WindowEvent` crosses to the main thread through `window(run_id, event)`, a queued signal.
+
+Everything the main thread learns about a run arrives the same way, state changes included
+(`state_changed(run_id, state)`): it keeps its own copy (workbench.run_control) and never reads
+the worker's attributes while this thread writes them.
 """
 
 from __future__ import annotations
@@ -81,19 +85,19 @@ class SessionWorker(QThread):
     window = Signal(int, object)         # run_id, WindowEvent
     run_finished = Signal(int, object)   # run_id, report dict
     failed = Signal(int, str, str)       # run_id, message, kind
-    state_changed = Signal(str)          # idle | loading | probing | running | paused
+    state_changed = Signal(int, str)     # run_id, idle | loading | probing | running | paused
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self._requests: "queue.Queue[RunRequest | None]" = queue.Queue()
+        self._requests: queue.Queue[RunRequest | None] = queue.Queue()
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._paused = False
         self._steps = 0
-        self._controls: "queue.Queue[DecodeSettings]" = queue.Queue()
+        self._controls: queue.Queue[DecodeSettings] = queue.Queue()
         self._profiles: dict[RuntimeSpec, Any] = {}
-        self.state = "idle"
-        self.active_run = 0
+        self._state = "idle"             # this thread's; the main thread is told by state_changed
+        self._run_id = 0
 
     # ---- called from the main thread ------------------------------------------------------
     def submit(self, req: RunRequest) -> None:
@@ -139,10 +143,6 @@ class SessionWorker(QThread):
         self._requests.put(None)
         return self.wait(timeout_ms)
 
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
     # ---- the thread -----------------------------------------------------------------------
     def run(self) -> None:
         while True:
@@ -152,7 +152,7 @@ class SessionWorker(QThread):
             if not self._requests.empty():   # a newer request superseded this one
                 continue
             self._stop.clear()
-            self.active_run = req.run_id
+            self._run_id = req.run_id
             self._controls = queue.Queue()
             try:
                 while not _RUNTIME_LOCK.acquire(timeout=0.1):
@@ -170,12 +170,13 @@ class SessionWorker(QThread):
                 msg, kind = describe_error(e)
                 self.failed.emit(req.run_id, msg, kind)
             finally:
-                self._set_state("idle")
+                self._state = "idle"         # always said, so the run's last word is "idle"
+                self.state_changed.emit(req.run_id, "idle")
 
     def _set_state(self, state: str) -> None:
-        if state != self.state:
-            self.state = state
-            self.state_changed.emit(state)
+        if state != self._state:
+            self._state = state
+            self.state_changed.emit(self._run_id, state)
 
     def _progress(self, stage: str, frac: float) -> None:
         if self._stop.is_set():

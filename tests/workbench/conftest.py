@@ -54,3 +54,23 @@ def make_window(qtbot, qapp, cpu_spec):
     yield make
     for w in made:
         w.close()
+
+
+# ---- helpers the tests share ----------------------------------------------------------------
+
+TIMEOUT_MS = 120_000
+
+
+def wait_windows(qtbot, win, n: int) -> None:
+    qtbot.waitUntil(lambda: len(win.store) >= n or win.last_error is not None, timeout=TIMEOUT_MS)
+    assert win.last_error is None, win.last_error
+
+
+def wait_idle(qtbot, win) -> None:
+    qtbot.waitUntil(lambda: win.run.state == "idle" and (win.last_report is not None
+                                                         or win.last_error is not None),
+                    timeout=TIMEOUT_MS)
+
+
+def show(win, idx: int) -> None:
+    win.show_window(idx)

@@ -16,21 +16,23 @@ from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
-                               QTabWidget, QTextEdit, QToolTip, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
+                               QTabWidget, QTextEdit, QToolTip, QWidget)
 
 from engine.errors import ParameterError, SpecscopeError
+from engine.io.prompts import default_prompt, read_prompt_file
 from engine.speculation.events import FROM_DRAFT
 
-from engine.io.prompts import default_prompt, read_prompt_file
 from workbench import theme
 from workbench.store import EventStore
+from workbench.views.base import Shown
+from workbench.widgets import column, row
 
 RAW, CHAT = "raw text", "chat messages (JSON)"
 
 
 class _OutputText(QTextEdit):
-    def __init__(self, owner: "OutputView"):
+    def __init__(self, owner: OutputView):
         super().__init__()
         self.owner = owner
         self.setReadOnly(True)
@@ -49,6 +51,9 @@ class _OutputText(QTextEdit):
 
 
 class OutputView(QWidget):
+    is_plot = False
+    follows_row = False
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.text = _OutputText(self)
@@ -58,14 +63,7 @@ class OutputView(QWidget):
         keys = QLabel(" &nbsp; ".join(f"<span style='color:{theme.KIND_COLOR[k]}'>■</span> {label}" for k, label in (
             (FROM_DRAFT, "draft"), ("bonus", "bonus"), ("correction", "correction"), ("target", "target"))))
         keys.setObjectName("muted")
-        legend = QHBoxLayout()
-        legend.addWidget(self.info, 1)
-        legend.addWidget(keys)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(8, 6, 8, 6)
-        lay.setSpacing(4)
-        lay.addLayout(legend)
-        lay.addWidget(self.text, 1)
+        column(self, row((self.info, 1), keys), (self.text, 1))
         self._formats = {}
         for kind, color in theme.KIND_COLOR.items():
             f = QTextCharFormat()
@@ -85,6 +83,9 @@ class OutputView(QWidget):
         self._store, self._shown = None, -1
         self._win_pos, self._tok_start, self._tok_info = [], [], []
         self.info.setText("")
+
+    def update_from(self, shown: Shown) -> None:
+        self.show_upto(shown.store, shown.index, follow=shown.follow)
 
     def show_upto(self, store: EventStore, upto: int, follow: bool = True) -> None:
         if store is not self._store or upto < self._shown:
@@ -171,7 +172,7 @@ class PromptEditor(QWidget):
         self.mode.currentTextChanged.connect(lambda _: self._update_info())
         open_btn = QPushButton("Open…")
         open_btn.setToolTip(".txt: raw text · .json: chat messages (or drop a file here)")
-        open_btn.clicked.connect(self._open_dialog)
+        open_btn.clicked.connect(self.open_dialog)
         default_btn = QPushButton("Default")
         default_btn.setToolTip("the bundled copy-heavy code-edit prompt")
         default_btn.clicked.connect(self.load_default)
@@ -182,18 +183,7 @@ class PromptEditor(QWidget):
         self.edit.textChanged.connect(self._update_info)
         self.info = QLabel("")
         self.info.setObjectName("muted")
-        row = QHBoxLayout()
-        row.addWidget(QLabel("format"))
-        row.addWidget(self.mode)
-        row.addStretch(1)
-        row.addWidget(default_btn)
-        row.addWidget(open_btn)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(8, 6, 8, 6)
-        lay.setSpacing(4)
-        lay.addLayout(row)
-        lay.addWidget(self.edit, 1)
-        lay.addWidget(self.info)
+        column(self, row(QLabel("format"), self.mode, 1, default_btn, open_btn), (self.edit, 1), self.info)
         self.source = ""
 
     def set_prompt(self, prompt, source: str = "") -> None:
@@ -220,7 +210,7 @@ class PromptEditor(QWidget):
             self.error.emit(str(e))
             return False
 
-    def _open_dialog(self) -> None:
+    def open_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open prompt", "", "Prompts (*.txt *.json);;All files (*)")
         if path:
             self.load_file(path)

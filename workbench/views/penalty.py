@@ -1,8 +1,11 @@
-"""Penalty history of the selected verify row: H_i and each penalized candidate's logit.
+"""Penalty history of the selected verify row: H_r and each penalized candidate's logit.
 
-Row i is penalized against H_i = the last W tokens of (prompt ‖ emitted ‖ drafts[0 .. i)), so the
-draft-path tokens at the end of H_i are marked apart from committed ones. Each candidate is drawn
-as a dumbbell from its logit before penalties (grey) to after (violet).
+Row r is penalized against its own history H_r = the last W tokens of (prompt ‖ output ‖ the draft
+path from the root down to row r's node, that node included): what a plain autoregressive sampler
+would have seen had that path been accepted (`engine.speculation.verify.row_histories`). In a tree
+that path is the node's own ancestors: a sibling branch, or a row listed earlier in the table,
+never enters it. The draft-path tokens at the end of H_r are marked apart from committed ones.
+Each candidate is drawn as a dumbbell from its logit before penalties (grey) to after (violet).
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QTextBrowser, QWidget
 
 from engine.speculation.events import WindowEvent
 
 from workbench import theme
 from workbench.tokens import visible
+from workbench.views.base import Shown
+from workbench.widgets import column, row
 
 MAX_CANDIDATES = 10
 
@@ -27,6 +32,9 @@ def led_flipped(r) -> bool:
 
 
 class PenaltyView(QWidget):
+    is_plot = False
+    follows_row = True
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.header = QLabel()
@@ -48,35 +56,28 @@ class PenaltyView(QWidget):
         self._after = pg.ScatterPlotItem(size=10, brush=pg.mkBrush(theme.VIOLET), pen=None)
         for it in (self._lines, self._before, self._after):
             self.plot.addItem(it)
-        legend = QLabel(f"<span style='color:{theme.MUTED}'>●</span> logit before penalties "
-                        f"&nbsp; <span style='color:{theme.VIOLET}'>●</span> after")
-        legend.setObjectName("muted")
+        self.legend = QLabel(f"<span style='color:{theme.MUTED}'>●</span> logit before penalties "
+                             f"&nbsp; <span style='color:{theme.VIOLET}'>●</span> after")
+        self.legend.setObjectName("muted")
         self.flips = QLabel("")
         self.flips.setObjectName("muted")
         self.flips.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.flips.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        bottom = QHBoxLayout()
-        bottom.addWidget(legend)
-        bottom.addWidget(self.flips, 1)
         self.history.setMaximumHeight(66)
         self.plot.getAxis("left").setWidth(96)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(8, 6, 8, 6)
-        lay.setSpacing(4)
-        lay.addWidget(self.header)
-        lay.addWidget(self.history)
-        lay.addWidget(self.plot_widget, 1)
-        lay.addLayout(bottom)
+        column(self, self.header, self.history, (self.plot_widget, 1), row(self.legend, (self.flips, 1)))
         self._key: tuple | None = None
         self.state: dict = {}
         self.show_row(None, -1)
 
+    def update_from(self, shown: Shown) -> None:
+        self.show_row(shown.event, shown.row)
+
     def show_row(self, ev: WindowEvent | None, row: int) -> None:
-        key = (id(ev), row)
-        if key == self._key:
-            return
-        self._key = key
-        flipped_rows = [r.row for r in ev.rows if r.penalty is not None and r.penalty.flipped] if ev else []
+        if self._key is not None and self._key[0] is ev and self._key[1] == row:
+            return                  # holds the event itself: an id() could be reused by a new one
+        self._key = (ev, row)
+        flipped_rows = [r.row for r in ev.rows if led_flipped(r)] if ev else []
         self.flips.setText(f"<span style='color:{theme.AMBER}'>⚑ flipped: row"
                            f"{'s' if len(flipped_rows) > 1 else ''} {', '.join(map(str, flipped_rows))}</span>"
                            if flipped_rows else "")
@@ -84,8 +85,9 @@ class PenaltyView(QWidget):
         flips = ""
         if ev is None or not (0 <= row < len(ev.rows)):
             self.header.setText(f"<span style='color:{theme.MUTED}'>select a verify row</span>")
-            self._clear("Each verify row is penalized against its own history H_i: the last W tokens "
-                        "of prompt, output and the draft path above it. Pick a row in the tree or the "
+            self._clear("Each verify row is penalized against its own history: the last W tokens of "
+                        "prompt and output, then the draft path from the root down to the row's node "
+                        "(its own ancestors, never another branch). Pick a row in the tree or the "
                         "table to see it.")
             self.state = {"row": row, "history": [], "n_draft": 0, "entries": [], "flipped": False}
             return
@@ -116,8 +118,10 @@ class PenaltyView(QWidget):
             color = theme.VIOLET if draft else theme.TEXT
             bg = theme.tint(theme.VIOLET if draft else theme.MUTED, 0.25).name()
             chips.append(f"<span style='background:{bg};color:{color}'>&nbsp;{t}&nbsp;</span>")
+        path = (f" · <span style='color:{theme.VIOLET}'>its draft path from the root "
+                f"({led.n_draft})</span>") if led.n_draft else ""
         intro = (f"<span style='color:{theme.MUTED}'>H<sub>{r.row}</sub>: last {n_hist} tokens · "
-                 f"committed</span> · <span style='color:{theme.VIOLET}'>draft path ({led.n_draft})</span> &nbsp; ")
+                 f"committed</span>{path} &nbsp; ")
         self.history.setHtml(f"<div style='font-family:DejaVu Sans Mono;font-size:8.5pt;line-height:150%'>"
                              f"{intro}{' '.join(chips)}</div>")
         # the candidates the penalties moved most, as many as fit legibly (~16 px a line)
@@ -132,6 +136,7 @@ class PenaltyView(QWidget):
 
     def _clear(self, message: str) -> None:
         self.plot_widget.hide()
+        self.legend.hide()
         self.history.setMaximumHeight(16777215)
         self.history.setHtml(f"<span style='color:{theme.MUTED}'>{html.escape(message)}</span>")
         self._lines.setData([], [])
@@ -141,6 +146,7 @@ class PenaltyView(QWidget):
 
     def _draw(self, entries) -> None:
         self.plot_widget.show()
+        self.legend.show()
         self.history.setMaximumHeight(66)
         ys = np.arange(len(entries), dtype=float)
         before = np.array([e.before for e in entries], dtype=float)

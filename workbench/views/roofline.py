@@ -17,18 +17,22 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMenu, QSizePolicy, QToolButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QCheckBox, QLabel, QMenu, QSizePolicy, QToolButton, QWidget
 
 from workbench import theme
 from workbench.profiles import Curve, curve_from_profile
 from workbench.store import EventStore
+from workbench.views.base import Shown
+from workbench.widgets import column, row
 
 ROWS_GRID = np.unique(np.round(np.logspace(0, math.log10(512), 160)).astype(int))
 TICKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 class RooflineView(QWidget):
+    is_plot = True
+    follows_row = False
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.card: Curve | None = None
@@ -46,10 +50,6 @@ class RooflineView(QWidget):
         self.info = QLabel("")
         self.info.setObjectName("muted")
         self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        top = QHBoxLayout()
-        top.addWidget(self.info, 1)
-        top.addWidget(self.refs_button)
-        top.addWidget(self.normalize)
         self.plot_widget = pg.PlotWidget()
         self.plot = self.plot_widget.getPlotItem()
         theme.style_plot(self.plot, "", left="ms per pass", bottom="verify rows")
@@ -61,12 +61,7 @@ class RooflineView(QWidget):
         self.legend.setObjectName("muted")
         self.legend.setWordWrap(True)
         self.legend.setFixedHeight(2 * self.legend.fontMetrics().lineSpacing() + 2)   # no plot resize
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(8, 6, 8, 6)
-        lay.setSpacing(4)
-        lay.addLayout(top)
-        lay.addWidget(self.plot_widget, 1)
-        lay.addWidget(self.legend)
+        column(self, row((self.info, 1), self.refs_button, self.normalize), (self.plot_widget, 1), self.legend)
         # live items, created once
         self._good = pg.ScatterPlotItem(size=6, pen=None, brush=pg.mkBrush(theme.GREEN + "b0"))
         self._bad = pg.ScatterPlotItem(size=6, pen=None, brush=pg.mkBrush(theme.RED + "b0"))
@@ -83,6 +78,7 @@ class RooflineView(QWidget):
         self._store: EventStore | None = None
         self._upto = -1
         self.state: dict = {}
+        self._rows_extent: float | None = None
         self.set_references([])
 
     # ---- inputs -------------------------------------------------------------------------------
@@ -104,6 +100,9 @@ class RooflineView(QWidget):
     def toggle_reference(self, label: str, on: bool) -> None:
         (self._shown_refs.add if on else self._shown_refs.discard)(label)
         self._rebuild_curves()
+
+    def update_from(self, shown: Shown) -> None:
+        self.show_upto(shown.store, shown.index)
 
     def show_upto(self, store: EventStore | None, upto: int) -> None:
         self._store, self._upto = store, upto
@@ -173,6 +172,7 @@ class RooflineView(QWidget):
                     plain = (x, y)
                 cur = (x[-1:], y[-1:])
                 tpp = float(ntok.sum() / n_pts)
+        self._fit_rows(max([rows.max() if n_pts else 1.0] + [c.max_rows for c, _ in self._curves()]))
         self._good.setData(*good)
         self._bad.setData(*bad)
         self._plain.setData(*plain)
@@ -184,6 +184,15 @@ class RooflineView(QWidget):
         else:
             self._breakeven.hide()
         self._describe(ar, n_pts, tpp)
+
+    def _fit_rows(self, most: float) -> None:
+        """The rows axis from 1 row to the most drawn (16 at least), so its ticks show and the
+        jitter between windows of one size stays small. Set only when that extent changes: a
+        user's zoom holds until then."""
+        hi = math.log2(max(16.0, most))
+        if hi != self._rows_extent:
+            self._rows_extent = hi
+            self.plot.setXRange(-0.25, hi + 0.25, padding=0)
 
     def _describe(self, ar: float | None, n_pts: int, tpp: float | None) -> None:
         parts = []

@@ -13,6 +13,7 @@ from engine.speculation.events import ROOT, VerifyRow, WindowEvent
 
 from workbench import theme
 from workbench.tokens import fmt_prob, fmt_top, visible
+from workbench.views.base import Shown
 
 COLUMNS = ("row", "depth", "draft", "target", "p", "q", "accept", "outcome", "top-5 (after penalties)")
 _NUMERIC = {0, 1, 4, 5, 6}
@@ -90,9 +91,11 @@ class RowsModel(QAbstractTableModel):
 
 
 class VerifyRowsView(QWidget):
-    """`show_event(ev)`; selecting a line emits `row_selected(row)`."""
+    """The shown window's verify rows; selecting a line emits `row_selected(row)`."""
 
     row_selected = Signal(int)
+    is_plot = False
+    follows_row = True
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -118,6 +121,10 @@ class VerifyRowsView(QWidget):
         self.table.selectionModel().currentRowChanged.connect(self._on_current)
         self._event: WindowEvent | None = None
         self._quiet = False
+
+    def update_from(self, shown: Shown) -> None:
+        self.show_event(shown.event)
+        self.select_row(shown.row)
 
     def show_event(self, ev: WindowEvent | None) -> None:
         if ev is self._event:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QWidget
 
 from engine.speculation.events import BONUS, CORRECTION, TARGET
 
 from workbench import theme
 from workbench.store import EventStore
+from workbench.views.base import Part
+from workbench.widgets import column, row
 
 FLOOR_COLOR = {"off": theme.MUTED, "probing": theme.AMBER, "speculating": theme.GREEN,
                "retired": theme.BLUE}
@@ -56,9 +58,6 @@ class StatsView(QWidget):
         self.headline.setFixedHeight(2 * self.headline.fontMetrics().lineSpacing() + 4)
         self.floor = QLabel("")
         self.floor.setObjectName("chip")
-        top = QHBoxLayout()
-        top.addWidget(self.headline, 1)
-        top.addWidget(self.floor)
         self.glw = pg.GraphicsLayoutWidget()
         self.glw.ci.setSpacing(10)
         self.p_tps = self.glw.addPlot(row=0, col=0)
@@ -116,14 +115,14 @@ class StatsView(QWidget):
         self.m_window = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.TEXT + "80", width=1))
         self.p_pass.addItem(self.m_window)
         self.p_depth.setYRange(0, 1.05, padding=0)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(8, 6, 8, 6)
-        lay.setSpacing(4)
-        lay.addLayout(top)
-        lay.addWidget(self.glw, 1)
+        column(self, row((self.headline, 1), self.floor), (self.glw, 1))
         self.ar_ms: float | None = None
         self.state: dict = {}
+        self._empty = False
         self.show_upto(None, -1)
+        # drawn as two parts, so a live frame repaints two plots, not four
+        self.parts = (Part(lambda s: self.show_upto(s.store, s.index, part="top")),
+                      Part(lambda s: self.show_upto(s.store, s.index, part="bottom")))
 
     def set_ar_ms(self, ms: float | None) -> None:
         self.ar_ms = ms
@@ -132,7 +131,7 @@ class StatsView(QWidget):
         """Draw the run through window `upto`. `part` "top" (throughput, tokens per window) or
         "bottom" (acceptance by depth) redraws half, so a live frame repaints two plots, not four."""
         if store is None or upto < 0 or not len(store):
-            if getattr(self, "_empty", False):
+            if self._empty:
                 return                  # already showing the empty state: no repaint
             for c in (self.c_tps, self.c_tps_win, self.c_ar, self.c_mean, self.c_reach, self.c_alpha,
                       self.c_meas_g, self.c_theo_g):
@@ -151,7 +150,7 @@ class StatsView(QWidget):
             self.floor.setText("AR floor: off")
             self.state = {}
             return
-        if getattr(self, "_empty", False):
+        if self._empty:
             for p in (self.p_tps, self.p_pass, self.p_gamma):
                 p.enableAutoRange()
             self.p_depth.enableAutoRange(x=True, y=False)
@@ -213,8 +212,8 @@ class StatsView(QWidget):
         alpha = ""
         if acc.alpha is not None and acc.theory_tokens:
             g = min(_depth_setting(ev), len(acc.theory_tokens) - 1)
-            alpha = (f" · α = {acc.alpha:.2f}: (1−α<sup>γ+1</sup>)/(1−α) = {acc.theory_tokens[g]:.2f} "
-                     f"at γ = {g}")
+            alpha = (f"<br>α = {acc.alpha:.2f}: (1−α<sup>γ+1</sup>)/(1−α) = {acc.theory_tokens[g]:.2f} "
+                     f"at γ = {g}")             # a line of its own: never broken mid-formula
         self.headline.setText(
             f"<b>{st.tok_s:.1f} tok/s</b>{speed} · <b>{st.tokens_per_pass:.2f}</b> tokens/pass "
             f"({st.new_tokens} in {st.forward_passes}){alpha}")

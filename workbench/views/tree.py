@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem,
-                               QGraphicsView, QLabel, QSizePolicy, QVBoxLayout, QWidget)
+                               QGraphicsView, QLabel, QSizePolicy, QWidget)
 
 from engine.speculation.events import (ACCEPTED, BONUS, CORRECTION, NOT_REACHED, REJECTED, ROOT, TARGET,
-                           WindowEvent)
+                                       WindowEvent)
 
 from workbench import theme
 from workbench.tokens import fmt_prob, visible
+from workbench.views.base import Shown
+from workbench.widgets import column
 
 NODE_H = 26.0
 ROW_GAP = 10.0
@@ -134,9 +136,11 @@ class _Canvas(QGraphicsView):
 
 
 class TokenTreeView(QWidget):
-    """Draws `show(event)`; clicking a node emits `row_selected(row)`."""
+    """The shown window's tree; clicking a node emits `row_selected(row)`."""
 
     row_selected = Signal(int)
+    is_plot = False
+    follows_row = True
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -151,12 +155,7 @@ class TokenTreeView(QWidget):
         legend.setWordWrap(True)
         legend.setFont(theme.ui_font(8.5))
         self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)   # one line, clipped
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(8, 6, 8, 4)
-        lay.setSpacing(4)
-        lay.addWidget(self.summary)
-        lay.addWidget(legend)
-        lay.addWidget(self.canvas, 1)
+        column(self, self.summary, legend, (self.canvas, 1), margins=(8, 6, 8, 4))
         self._items: list[_Node] = []
         self._states: list[NodeState] = []
         self._event: WindowEvent | None = None
@@ -164,6 +163,10 @@ class TokenTreeView(QWidget):
         self.clear()
 
     # ---- public -----------------------------------------------------------------------------
+    def update_from(self, shown: Shown) -> None:
+        self.show_event(shown.event)
+        self.select_row(shown.row)
+
     def node_states(self) -> list[NodeState]:
         return list(self._states)
 
@@ -184,10 +187,10 @@ class TokenTreeView(QWidget):
         self.canvas.fit()
 
     def show_event(self, ev: WindowEvent | None) -> None:
+        if ev is self._event:
+            return                      # None: the hint clear() drew is already shown
         if ev is None:
             self.clear()
-            return
-        if ev is self._event:
             return
         self._event = ev
         self.scene.clear()
