@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
         except SpecscopeError as e:
             print(f"specscope: error: {e}", file=sys.stderr)
             return 2
-    win = MainWindow(RuntimeSpec(args.model, args.device, args.dtype), prompt, probe=not args.no_probe)
+    win = MainWindow(RuntimeSpec(args.model, args.device, args.dtype, args.weights), prompt, probe=not args.no_probe)
     if shot:
         return run_offscreen(app, win, shot, windows, args.replay, print_report)
     win.show()

@@ -11,9 +11,10 @@ from typing import Any, Callable
 Progress = Callable[[str, float], None]
 
 
-def open_runtime(model: str | None, device: str, dtype: str, progress: Progress | None = None):
+def open_runtime(model: str | None, device: str, dtype: str, progress: Progress | None = None,
+                 weights: str = "auto"):
     from engine.session import open_runtime as _open
-    return _open(model, device, dtype, progress=progress)
+    return _open(model, device, dtype, progress=progress, weights=weights)
 
 
 def Decoder(rt, ids, settings, controls=None, stop=None):  # noqa: N802 - mirrors the class name

@@ -195,8 +195,9 @@ class MainWindow(QMainWindow):
     # ---- what the worker reports --------------------------------------------------------------
     def _on_runtime(self, info: dict) -> None:
         self.runtime_info = info
-        self.status.say(f"loaded {info['model']} on {info['device']} ({info['dtype']}) "
-                        f"in {info['load_s']:.1f} s")
+        self.status.say(f"loaded {info['model']} on {info['device']} ({info['dtype']}; "
+                        f"{info['weights']}) in {info['load_s']:.1f} s")
+        self.roofline.set_weights(info["weights"])
         self.status.source.setText(self._source_text())
 
     def _on_profile(self, profile) -> None:
@@ -315,10 +316,11 @@ class MainWindow(QMainWindow):
     def _source_text(self) -> str:
         if self.mode == "replay":
             h = self.store.header
-            return f"replay · {h.get('model', '?')} · {h.get('device', '?')}"
+            weights = f" · {h['weights']}" if h.get("weights") else ""
+            return f"replay · {h.get('model', '?')} · {h.get('device', '?')}{weights}"
         info = self.runtime_info
         if info:
-            return f"{info['model']} · {info['device']} · {info['dtype']}"
+            return f"{info['model']} · {info['device']} · {info['weights']}"
         return Path(self.spec.model).name if self.spec.model else "bundled SmolLM2-135M-Instruct"
 
     # ---- recordings ---------------------------------------------------------------------------

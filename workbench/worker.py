@@ -32,6 +32,7 @@ class RuntimeSpec:
     model: str | None = None
     device: str = "auto"
     dtype: str = "auto"
+    weights: str = "auto"       # auto | packed | dequantized (quantized GGUF weights)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def describe_error(e: BaseException) -> tuple[str, str]:
 
 class SessionWorker(QThread):
     progress = Signal(str, float)        # stage, fraction in [0, 1]
-    runtime_ready = Signal(object)       # dict: model, device, dtype, load_s
+    runtime_ready = Signal(object)       # dict: model, device, dtype, weights, load_s
     profile_ready = Signal(object)       # the attached card's cost profile
     run_started = Signal(int, object)    # run_id, header dict (settings, model, device, prompt)
     window = Signal(int, object)         # run_id, WindowEvent
@@ -190,11 +191,12 @@ class SessionWorker(QThread):
         else:
             self._set_state("loading")
             _RUNTIME["rt"] = _RUNTIME["spec"] = None      # free the old model before loading
-            rt = engine_api.open_runtime(spec.model, spec.device, spec.dtype, progress=self._progress)
+            rt = engine_api.open_runtime(spec.model, spec.device, spec.dtype, progress=self._progress,
+                                         weights=spec.weights)
             _RUNTIME["rt"], _RUNTIME["spec"] = rt, spec
             self.progress.emit("model ready", 1.0)
         self.runtime_ready.emit({"model": engine_api.model_name(rt), "device": rt.device_name,
-                                 "dtype": getattr(rt, "dtype_name", ""),
+                                 "dtype": rt.dtype_name, "weights": rt.weights_label,
                                  "load_s": time.perf_counter() - t0})
         return rt
 
@@ -212,7 +214,7 @@ class SessionWorker(QThread):
         dec = engine_api.Decoder(rt, ids, req.settings, controls=self._controls, stop=self._stop)
         self.run_started.emit(req.run_id, {
             "settings": req.settings.to_dict(), "model": engine_api.model_name(rt),
-            "device": rt.device_name, "dtype": getattr(rt, "dtype_name", ""),
+            "device": rt.device_name, "dtype": rt.dtype_name, "weights": rt.weights_label,
             "prompt": req.prompt, "prompt_tokens": len(ids)})
         gen = dec.windows()
         n = 0

@@ -113,10 +113,14 @@ def test_prompt_editor_takes_dropped_files(qtbot, make_window, tmp_path):
 
 # ---- live runs on the bundled model --------------------------------------------------------------
 
-def test_live_run_views_match_events(qtbot, make_window, tmp_path):
+def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
     win = make_window()
     assert win.start_run()
     wait_idle(qtbot, win)
+    # the weights the card runs are named where the run and its roofline are described
+    label = cpu_runtime.weights_label
+    assert label.startswith("Q4_1 as float32") and label in win.status.source.text()
+    assert win.store.header["weights"] == label and label in win.roofline.legend.text()
     store = win.store
     assert len(store) >= 2
     assert any(ev.tokens for ev in store.events), "the copy-heavy prompt should produce drafts"

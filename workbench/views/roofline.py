@@ -47,6 +47,8 @@ class RooflineView(QWidget):
         self.refs_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.refs_menu = QMenu(self)
         self.refs_button.setMenu(self.refs_menu)
+        self.weights: str | None = None          # the weights the card runs (set_weights)
+        self._last_describe: tuple | None = None
         self.info = QLabel("")
         self.info.setObjectName("muted")
         self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -82,6 +84,11 @@ class RooflineView(QWidget):
         self.set_references([])
 
     # ---- inputs -------------------------------------------------------------------------------
+    def set_weights(self, label: str | None) -> None:
+        """The weights the card runs ("Q4_K_M packed, 4.82 GB on the card"): the roofline is theirs."""
+        self.weights = label
+        self._describe_last()
+
     def set_card_profile(self, profile) -> None:
         self.card = curve_from_profile(profile, label="this card (probe)")
         self._rebuild_curves()
@@ -194,7 +201,12 @@ class RooflineView(QWidget):
             self._rows_extent = hi
             self.plot.setXRange(-0.25, hi + 0.25, padding=0)
 
+    def _describe_last(self) -> None:
+        if self._last_describe is not None:
+            self._describe(*self._last_describe)
+
     def _describe(self, ar: float | None, n_pts: int, tpp: float | None) -> None:
+        self._last_describe = (ar, n_pts, tpp)
         parts = []
         if self.card is not None:
             parts.append(f"1 row {self.card.one_row_ms():.2f} ms")
@@ -206,8 +218,11 @@ class RooflineView(QWidget):
             parts.append(f"AR ≈ {1000.0 / ar:.0f} tok/s")
         self.info.setText(" · ".join(parts))
         curves = self._curves()
-        keys = [f"<span style='color:{color}'>—</span> {'this card' if c is self.card else c.label}"
+        this_card = f"this card ({self.weights})" if self.weights else "this card"
+        keys = [f"<span style='color:{color}'>—</span> {this_card if c is self.card else c.label}"
                 for c, color in curves]
+        if self.card is None and self.weights:
+            keys.append(f"<span style='color:{theme.MUTED}'>weights: {self.weights}</span>")
         keys.append(f"<span style='color:{theme.GREEN}'>●</span>/<span style='color:{theme.RED}'>●</span> "
                     "windows faster / slower than AR" if ar else
                     f"<span style='color:{theme.ACCENT}'>●</span> windows")
