@@ -189,10 +189,12 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 4))
-    ap.add_argument("--sweep", default="BN=128:num_warps=8:num_stages=3:JS=4;BN=128:num_warps=8:num_stages=3:JS=8;"
-                    "BN=64:num_warps=4:num_stages=2:JS=4;BN=64:num_warps=4:num_stages=3:JS=4;"
-                    "BN=256:num_warps=8:num_stages=2:JS=4;BN=128:num_warps=8:num_stages=2:JS=4:splits=2",
-                    help="extra configs for the big Q4_K matrix (';'-separated, ':'-joined k=v)")
+    ap.add_argument("--sweep", default="I8=1;I8=1:I8_X2=0;I8=1:I8_X2=0:I8_BN64=128:I8_WARPS64=8;"
+                    "I8=1:I8_BN=64:I8_WARPS=4:I8_X2=0:I8_STAGES=2:I8_STAGES32=2;"
+                    "I8=1:I8_BN=128:I8_WARPS=8:I8_X2=0;I8=1:splits=2",
+                    help="extra configs for the big Q4_K matrix (';'-separated, ':'-joined k=v); each is "
+                         "timed and checked for row invariance")
+    ap.add_argument("--layer-alt", default="I8=1", help="extra overrides (';'-separated) the layer is also timed with")
     ap.add_argument("--layers", type=int, default=3, help="distinct layers in the layer timing")
     ap.add_argument("--budget", type=float, default=1e9, help="stop starting new types after this many s")
     args = ap.parse_args()
@@ -219,6 +221,10 @@ def main() -> None:
     if BIG[0] in types:
         jobs.append((BIG[0], BIG[1], BIG[2], ()))
         jobs += [(BIG[0], BIG[1], BIG[2], o) for o in sweep]
+    if "Q4_K" in types:
+        for spec in [a for a in args.layer_alt.split(";") if a]:
+            o = tuple(sorted((kv.split("=")[0], int(kv.split("=")[1])) for kv in spec.split(":")))
+            jobs += [("Q4_K", n, k, o) for n, k in sorted(set(LAYER.values()))]
     t0 = time.time()
     import multiprocessing as mp
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=mp.get_context("spawn")) as ex:
@@ -291,10 +297,20 @@ def main() -> None:
             print("BIG ERROR", repr(e)[:500], flush=True)
         for o in sweep:
             try:
-                rr = time_shape(qt, n, k, ms=(1, 8, 32), override=o, with_linear=False)
-                res["sweep"].append({"override": dict(o), "us": rr["us"], "pct_peak": rr["pct_peak"]})
+                rr = time_shape(qt, n, k, ms=(1, 2, 16, 32, 64), override=o, with_linear=False)
+                w = make_weight(qt, n, k, seed=9)
+                xx = x64[:, :k].contiguous()
+                y64 = tk.packed_matmul(xx, w, **dict(o))
+                bad = [m for m in range(1, 64) if not torch.equal(tk.packed_matmul(xx[:m], w, **dict(o)), y64[:m])]
+                bad += [-r for r in range(64) if not torch.equal(tk.packed_matmul(xx[r:r + 1], w, **dict(o)), y64[r:r + 1])]
+                ref = xx.float() @ dequantize_packed(w).T
+                err = ((y64.float() - ref).abs().max() / ref.abs().max()).item()
+                del w, ref
+                res["sweep"].append({"override": dict(o), "us": rr["us"], "pct_peak": rr["pct_peak"],
+                                     "invariant": not bad, "bad": bad[:8], "err": err})
                 print(f"   sweep {dict(o)}: " + " ".join(f"M{m} {rr['us'][m]:.1f}us {rr['pct_peak'][m]:.0f}%"
-                                                     for m in (1, 8, 32)), flush=True)
+                                                     for m in (1, 2, 16, 32, 64))
+                      + f" inv {not bad} err {err:.2e}", flush=True)
             except Exception as e:  # noqa: BLE001 - a config that does not fit is reported
                 res["sweep"].append({"override": dict(o), "error": repr(e)[:300]})
                 print(f"   sweep {dict(o)}: {e!r}"[:300], flush=True)
@@ -323,11 +339,32 @@ def main() -> None:
                     fns.append(lambda w=L[nm], xm=x64[:m, :k].contiguous(): tk.packed_matmul(xm, w))
             lres["us"][m] = graph_time_us(fns) / args.layers
         lres["ratio_to_1"] = {m: lres["us"][m] / lres["us"][1] for m in MS}
+        lres["alt"] = {}
+        for spec in [a for a in args.layer_alt.split(";") if a] if qt == "Q4_K" else []:
+            o = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in spec.split(":")}
+            alt = {}
+            for m in MS:
+                fns = [lambda w=L[nm], xm=x64[:m, :k].contiguous(): tk.packed_matmul(xm, w, **o)
+                       for L in layers for nm, (n, k) in LAYER.items()]
+                alt[m] = graph_time_us(fns) / args.layers
+            lres["alt"][spec] = alt
+            print(f"   layer with {spec}: " + " ".join(f"M{m}={alt[m]:.1f}" for m in MS), flush=True)
         lbytes = sum(w.nbytes for w in layers[0].values())
+        # the same layers as bf16 F.linear on the dequantized weights
+        del layers
+        torch.cuda.empty_cache()
+        blayers = [{nm: dequantize_packed(make_weight(qt, n, k, seed=100 * li + j)).to(torch.bfloat16)
+                    for j, (nm, (n, k)) in enumerate(LAYER.items())} for li in range(args.layers)]
+        lres["linear_bf16_us"] = {}
+        for m in MS:
+            fns = [lambda w=L[nm], xm=x64[:m, :k].contiguous(): F.linear(xm, w)
+                   for L in blayers for nm, (n, k) in LAYER.items()]
+            lres["linear_bf16_us"][m] = graph_time_us(fns) / args.layers
+        lres["ratio_to_bf16"] = {m: lres["us"][m] / lres["linear_bf16_us"][m] for m in MS}
+        del blayers
         lres["gbs_1"] = lbytes / lres["us"][1] / 1e3
         lres["pct_peak_1"] = 100 * lres["gbs_1"] / PEAK_GBS
         res["layer"][qt] = lres
-        del layers
         torch.cuda.empty_cache()
         res["types"][qt] = tres
         c = tres["check"]
@@ -335,7 +372,8 @@ def main() -> None:
               f"(bf16 linear {max(v['bf16_linear_max_abs_err'] for v in c.values()):.2e}) "
               f"invariant {all(v['row_invariant'] for v in c.values())} | layer us "
               + " ".join(f"M{m}={lres['us'][m]:.1f}" for m in MS)
-              + f" | ratio32 {lres['ratio_to_1'][32]:.3f} | layer {lres['pct_peak_1']:.0f}% peak", flush=True)
+              + f" | ratio32 {lres['ratio_to_1'][32]:.3f} | layer {lres['pct_peak_1']:.0f}% peak | vs bf16 "
+              + " ".join(f"M{m}={lres['ratio_to_bf16'][m]:.2f}" for m in MS), flush=True)
         for key, row in tres["time"].items():
             print(f"   {key}: " + " ".join(f"M{m} {row['us'][m]:.1f}us/{row['pct_peak'][m]:.0f}%" for m in (1, 2, 32, 64))
                   + "  | bf16 linear " + " ".join(f"M{m} {row['linear_bf16_us'][m]:.1f}" for m in (1, 32, 64)),

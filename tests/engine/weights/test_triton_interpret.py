@@ -8,7 +8,8 @@ row in calls with other M, including a 1-row call) for M in {1, 2, 3, 17, 64}.
 The interpreter must be chosen before triton is first imported (triton.language's own jitted
 helpers are built at import), which another test may already have done in this process; so
 the parent run only starts a child pytest on this file with ``TRITON_INTERPRET=1`` and checks
-that it passed, and the real tests run in that child.
+that it passed, and the real tests run in that child. The opt-in int8 kernel (Q4_K,
+activations quantized per row) has its own test.
 The interpreter's ``tl.dot`` multiplies bfloat16 as raw integers (an interpreter gap), so the
 activations here are float32 and float16; bfloat16 is checked on the GPU by
 bench/bench_packed_matmul.py.
@@ -185,6 +186,23 @@ def test_split_k_and_odd_shapes(tk):
         assert _rel_err(y, x @ ref.T) < 1e-5, (qtype, cfg)
         assert torch.equal(tk.packed_matmul(x[2:3], w, **over), y[2:3]), (qtype, cfg)
     assert tk.kernel_config("Q4_K", 40, 1024, 16, splits=2)["splits"] == 2
+
+
+@child_only
+def test_int8_path_split_k(tk):
+    """The opt-in int8 path (Q4_K, float16 activations quantized per row to two int8 planes):
+    split K, rows past one 64-row chunk, row invariance against 1-row calls and across M."""
+    w, ref = _weight("Q4_K", 40, 1024, seed=5)
+    x = torch.randn(70, 1024, generator=torch.Generator().manual_seed(4)).half()
+    assert tk.kernel_config("Q4_K", 40, 1024, 16)["I8"] == 0          # off by default
+    y = tk.packed_matmul(x, w, splits=2, I8=1)
+    assert _rel_err(y, x.float() @ ref.T) < 2e-3
+    for r in (0, 5, 66):
+        assert torch.equal(tk.packed_matmul(x[r:r + 1], w, splits=2, I8=1), y[r:r + 1]), r
+    for m in (2, 17, 33):                                   # 16-, 32- and 64-row tiles
+        assert torch.equal(tk.packed_matmul(x[:m], w, splits=2, I8=1), y[:m]), m
+    y1 = tk.packed_matmul(x[:3], w, splits=2, I8=1, I8_X2=0)   # one plane: llama.cpp-like error
+    assert _rel_err(y1, x[:3].float() @ ref.T) < 3e-2
 
 
 @child_only
