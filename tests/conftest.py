@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# tests/tiny_models.py is imported as a top-level module (`from tiny_models import ...`) by tests in
+# any folder; pytest runs with --import-mode=importlib, which puts no test folder on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """`specscope bench`: options; the statistics, identity checks and report over scripted rows with
 known timings; and one tiny real run (ours + transformers, one prompt, 16 tokens) whose JSON must
-carry every field, with llama.cpp skipped when it is not installed. Workloads: tests/engine/test_workloads.py."""
+carry every field, with llama.cpp skipped when it is not installed. Workloads: tests/engine/io/test_workloads.py."""
 
 from __future__ import annotations
 

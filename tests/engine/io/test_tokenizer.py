@@ -11,9 +11,7 @@ tokenizer given SmolLM2's published pre-tokenizer on all text, and (c) the diffe
 
 from __future__ import annotations
 
-import sys
 import unicodedata
-from pathlib import Path
 
 import pytest
 from tokenizers import pre_tokenizers
@@ -24,8 +22,7 @@ from engine.io.load import default_model_path
 from engine.io.tokenizer import Tokenizer
 from engine.io.workloads import code_edit_rows
 
-sys.path.insert(0, str(Path(__file__).parent))  # pytest runs with --import-mode=importlib
-from tiny_models import make_tiny_hf  # noqa: E402
+from tiny_models import make_tiny_hf
 
 HARD = [
     "", " ", "  ", "\t", "\n\n\n", "   leading", "trailing   ", "a  b   c", "x\t\ty", "line1\r\nline2",

@@ -36,7 +36,7 @@ DRAFTERS = {
     "tree": {"draft": "tree", "depth": 8, "width": 3},
 }
 NEW_TOKENS = 64
-WORKLOADS = Path(__file__).resolve().parents[2] / "assets" / "workloads"
+WORKLOADS = Path(__file__).resolve().parents[3] / "assets" / "workloads"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Tiny random Llama / Qwen2 / Qwen3 models on disk, for tests (reusable: `from tiny_models import ...`).
+"""Tiny random Llama / Qwen2 / Qwen3 models on disk, for tests (reusable: `from tiny_models import ...`;
+tests/conftest.py puts tests/ on sys.path).
 
 make_tiny_hf(arch, path)   an HF folder written by transformers' save_pretrained, with a tiny
                            byte-level BPE tokenizer (128 ids, ChatML template) beside it.

@@ -19,8 +19,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
-sys.path.insert(0, str(Path(__file__).parent))  # pytest runs with --import-mode=importlib
-from tiny_models import default_qtype, gguf_tensors, make_tiny_gguf, make_tiny_hf, tiny_model  # noqa: E402
+from tiny_models import default_qtype, gguf_tensors, make_tiny_gguf, make_tiny_hf, tiny_model
 
 from engine.model.config import RopeScaling, expected_shapes
 from engine.errors import ModelLoadError, SpecscopeError

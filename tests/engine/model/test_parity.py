@@ -80,9 +80,6 @@ def test_tiny_hf_folders_give_transformers_logits(arch: str, tmp_path) -> None:
     """A tiny random model written by save_pretrained, loaded through our HF-folder path, gives
     the logits transformers gives for the same tokens: after a prefill, and on every row of a
     tree window (each row against its own path run as a sequence)."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parent))
     from tiny_models import make_tiny_hf, tiny_model
 
     from engine.io.load import load_model

@@ -22,7 +22,7 @@ from engine.model.runtime import Runtime
 from engine.speculation.decoder import Decoder
 from engine.speculation.settings import DecodeSettings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
 from make_model import SHAPES, Shape, write_model  # noqa: E402
 

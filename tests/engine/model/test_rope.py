@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
-sys.path.insert(0, str(Path(__file__).parent))  # pytest runs with --import-mode=importlib
-from tiny_models import make_tiny_gguf, make_tiny_hf, tiny_config, tiny_model  # noqa: E402
+from tiny_models import make_tiny_gguf, make_tiny_hf, tiny_config, tiny_model
 
 from engine.errors import ModelLoadError
 from engine.io.hf import read_config

@@ -21,7 +21,7 @@ from engine.speculation.ngram import NgramIndex
 from engine.speculation.oracle import oracle_tokens_per_pass
 from engine.speculation.tree import TokenTree
 
-WORKLOADS = Path(__file__).resolve().parents[2] / "assets" / "workloads" / "code_edit_prompts.jsonl"
+WORKLOADS = Path(__file__).resolve().parents[3] / "assets" / "workloads" / "code_edit_prompts.jsonl"
 
 
 @pytest.fixture(scope="module")
