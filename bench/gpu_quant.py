@@ -147,32 +147,45 @@ def summarize(res: dict) -> None:
 
 
 def bundled(a: argparse.Namespace) -> dict:
+    """Pass times packed vs dequantized, and greedy output on the code-edit prompts: packed bf16
+    and dequantized bf16 against dequantized float32 (agreement, since the formats round
+    differently), and lookup / tree drafts against plain decoding within each configuration
+    (lossless: identical)."""
+    from engine.io.prompts import encode_prompt
     from engine.io.workloads import load_workload
+    from engine.session import open_runtime
+    from engine.speculation.decoder import Decoder
+    from engine.speculation.settings import DecodeSettings
+
     res: dict = {"date": time.strftime("%Y-%m-%d"), "model": a.model}
-    for weights in ("packed", "dequantized"):
+    for weights in ("packed", "dequantized") if not a.no_roofline else ():
         res[f"roofline_{weights}"] = roofline(Path(a.model), weights, Path(a.out) / f"roofline_bundled_{weights}.json")
-    texts: dict = {}
     prompts = load_workload("code-edit")
-    for dtype, weights in (("bfloat16", "packed"), ("float32", "dequantized"), ("bfloat16", "dequantized")):
+    drafts = {"none": DecodeSettings(draft="none", max_new_tokens=a.tokens),
+              "lookup": DecodeSettings(draft="lookup", depth=8, max_new_tokens=a.tokens),
+              "tree": DecodeSettings(draft="tree", depth=8, width=3, max_new_tokens=a.tokens)}
+    tokens: dict = {}
+    for dtype, weights in (("float32", "dequantized"), ("bfloat16", "packed"), ("bfloat16", "dequantized")):
+        rt = open_runtime(a.model, DEVICE, dtype, weights=weights)
+        key = f"{dtype}_{weights}"
         for p in prompts:
-            f = Path("/tmp") / f"prompt_{p.id}.json"
-            f.write_text(json.dumps(list(p.messages)))
-            r = sh([sys.executable, "-m", "specscope.cli", "generate", "--model", a.model, "--device", DEVICE,
-                    "--dtype", dtype, "--weights", weights, "--draft", "none", "--max-new-tokens", "128",
-                    "--prompt-file", str(f), "--json"])
-            rep = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr[-1000:]}
-            texts.setdefault(f"{dtype}_{weights}", {})[p.id] = rep.get("tokens")
-    ref = texts["float32_dequantized"]
-    agree = {}
-    for k, v in texts.items():
-        same = []
-        for pid, toks in v.items():
-            want = ref.get(pid) or []
-            n = next((i for i, (x, y) in enumerate(zip(toks or [], want)) if x != y), min(len(toks or []), len(want)))
-            same.append({"prompt": pid, "identical": toks == want, "first_difference": n})
-        agree[k] = same
-    res["greedy_vs_float32"] = agree
-    print(json.dumps(agree, indent=1), flush=True)
+            ids = encode_prompt(rt.tokenizer, list(p.messages))
+            for name, st in drafts.items():
+                rep = Decoder(rt, ids, st).run()
+                tokens.setdefault(key, {}).setdefault(name, {})[p.id] = rep["tokens"]
+                res.setdefault("tok_s", {}).setdefault(key, {}).setdefault(name, []).append(rep["tok_s"])
+        del rt
+
+    def first_diff(x, y):
+        return next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+
+    ref = tokens["float32_dequantized"]["none"]
+    res["ar_vs_float32"] = {k: {pid: {"identical": t == ref[pid], "first_difference": first_diff(t, ref[pid])}
+                                for pid, t in v["none"].items()} for k, v in tokens.items()}
+    res["spec_vs_ar"] = {k: {d: sum(v[d][pid] == v["none"][pid] for pid in v["none"]) for d in ("lookup", "tree")}
+                         for k, v in tokens.items()}
+    res["spec_vs_ar_of"] = len(prompts)
+    print(json.dumps({k: res[k] for k in ("ar_vs_float32", "spec_vs_ar", "tok_s")}, indent=1), flush=True)
     return res
 
 
@@ -187,6 +200,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script itself")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--packed-only", action="store_true", help="big: skip the BF16 model")
+    ap.add_argument("--no-roofline", action="store_true", help="bundled: skip the two probes")
     a = ap.parse_args()
     global DEVICE
     DEVICE = a.device

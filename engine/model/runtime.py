@@ -21,6 +21,7 @@ from engine.model.cache import KVCache
 from engine.model.device import (device_name, dtype_name, one_torch_thread, pick_device, pick_dtype,
                                  synchronize)
 from engine.errors import ParameterError
+from engine.model.linear import CPU_KERNELS
 from engine.model.transformer import Transformer
 
 if TYPE_CHECKING:                   # the runtime is handed a loaded model; it never opens files
@@ -129,9 +130,12 @@ class Runtime:
     def __init__(self, loaded: "LoadedModel", device: str = "auto", dtype: str = "auto",
                  capacity: int | None = None, graphs: bool | None = None,
                  compile: bool | None = None, weights: str = "auto",
-                 progress: Callable[[str, float], None] | None = None):
+                 progress: Callable[[str, float], None] | None = None, cpu_kernels: str = "fast"):
         if weights not in WEIGHT_MODES:
             raise ParameterError(f"--weights must be one of {', '.join(WEIGHT_MODES)}, got {weights!r}")
+        if cpu_kernels not in CPU_KERNELS:
+            raise ParameterError(f"cpu_kernels must be one of {', '.join(CPU_KERNELS)}, "
+                                 f"got {cpu_kernels!r}")
         self.loaded = loaded
         self.config = loaded.config
         self.tokenizer = loaded.tokenizer
@@ -139,14 +143,15 @@ class Runtime:
         self.dtype = pick_dtype(dtype, self.device)
         self.dtype_name = dtype_name(self.dtype)
         self.device_name = device_name(self.device)
-        self.model_id = loaded.source.name
         # auto: packed on a GPU, where a pass streams the weights and 4-bit weights stream ~4x
         # faster than 16-bit ones; on a CPU the dequantized float weights (BLAS) measured faster
         packed = weights == "packed" or (weights == "auto" and self.device.type != "cpu")
+        # what a cost profile is measured for: the model file and the form of its weights
+        self.model_id = loaded.source.name
         t0 = time.perf_counter()
         with one_torch_thread() if self.device.type == "cpu" else contextlib.nullcontext():
             self.model = Transformer(self.config, loaded.weights, self.device, self.dtype,
-                                     packed=packed, progress=progress)
+                                     packed=packed, progress=progress, cpu_kernels=cpu_kernels)
         synchronize(self.device)
         self.load_s = loaded.load_s + time.perf_counter() - t0
         summary = self.model.weights_summary()
@@ -155,6 +160,7 @@ class Runtime:
         fmt = loaded.file_type or "+".join(summary["file_types"])
         where = "in memory" if self.device.type == "cpu" else "on the card"
         if self.weights_mode == "packed":
+            self.model_id += " [packed]"
             self.weights_label = f"{fmt} packed, {_gb(self.weight_bytes)} {where}"
         else:
             self.weights_label = f"{fmt} as {self.dtype_name}, {_gb(self.weight_bytes)} {where}"
@@ -188,12 +194,34 @@ class Runtime:
         return self.cache
 
     def warm_up(self) -> None:
-        """Capture every graph bucket now (GPU), so no window pays for a capture."""
+        """Capture every graph bucket now (GPU), so no window pays for a capture; with packed
+        weights also compile the Triton kernels for the row counts prefill uses."""
         if self.use_graphs and self.device.type == "cuda":
             with torch.inference_mode():
                 for b in GRAPH_BUCKETS:
                     if b <= self.cache.capacity // 2:
                         self._bucket(b)
+                if self.weights_mode == "packed":
+                    self._warm_prefill_kernels()
+
+    # Triton compiles a kernel once per specialization: the row count's 16-row slices (1-4)
+    # and whether it is 1 or a multiple of 16. The graph buckets (powers of two) cover five of
+    # the eight; prefill chunks of other lengths would compile the rest in the middle of a
+    # timed run (seconds each, the first time on a machine; Triton's disk cache after that).
+    _PREFILL_ROW_CLASSES = (19, 35, 48, 51)
+
+    def _warm_prefill_kernels(self) -> None:
+        C = self.cache.capacity
+        for R in self._PREFILL_ROW_CLASSES:
+            if R > C // 2:
+                break
+            slots = torch.arange(C - R, C, device=self.device)   # scratch slots at the end
+            mask = torch.zeros(R, C, dtype=torch.bool, device=self.device)
+            mask[:, C - R:] = torch.tril(torch.ones(R, R, dtype=torch.bool, device=self.device))
+            tokens = torch.zeros(R, dtype=torch.long, device=self.device)
+            self.model.forward(tokens, torch.arange(R, device=self.device), mask, self.cache, slots,
+                               last_only=True)
+        synchronize(self.device)
 
     # -- passes ------------------------------------------------------------------------
     @torch.inference_mode()
