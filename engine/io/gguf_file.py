@@ -1,31 +1,25 @@
-"""GGUF files: a fast header reader, float32 dequantization, and the map to canonical weights.
+"""GGUF models: the config from metadata, canonical weight names, and a TensorSource per weight.
 
-Why a header reader of our own: gguf.GGUFReader builds a numpy memmap view for every element of
-every metadata array, so the 49,152 tokens and 48,900 merges of the bundled SmolLM2 file take
-~2.1 s to parse on a 2-core CPU, while the whole start-to-first-token budget is 5 s. The format
-is small (ggml docs/gguf.md: magic, version, counts, key/value pairs, tensor infos, aligned data),
-so we read it with `struct` in ~0.1 s and take only gguf's type tables.
-
-Weights are not read here: every tensor becomes a TensorSource over the memory-mapped file, and
-the model builds each one on its device (dequantized by engine.weights, bit-identical to
-gguf.quants.dequantize, or kept packed) one at a time.
+The header is read by engine.io.gguf_header. Weights are not read here: every tensor becomes a
+TensorSource over the memory-mapped file, and the model builds each one on its device
+(dequantized by engine.weights, bit-identical to gguf.quants.dequantize, or kept packed) one at
+a time.
 """
 
 from __future__ import annotations
 
 import math
-import mmap
-import struct
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
+from gguf import GGMLQuantizationType, LlamaFileType
 
 from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling, check_weight_shapes
 from engine.errors import ModelLoadError
+from engine.io.gguf_header import GGUFFile, TensorInfo, read_gguf, type_name
 from engine.io.tokenizer import Tokenizer
 from engine.model.rope import llama3_divisors, yarn_attention_factor
 from engine.model.source import TensorSource
@@ -34,170 +28,6 @@ from engine.weights.dequant import SUPPORTED_TYPES as WEIGHT_TYPES
 Q = GGMLQuantizationType
 # Tensor types we can read: engine.weights dequantizes all but F64, which is converted here.
 SUPPORTED_TYPES = frozenset([Q.F64] + [Q[name] for name in WEIGHT_TYPES])
-
-_SCALAR_FORMATS = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
-}
-_NUMPY_DTYPES = {
-    GGUFValueType.UINT8: np.uint8, GGUFValueType.INT8: np.int8, GGUFValueType.UINT16: np.uint16,
-    GGUFValueType.INT16: np.int16, GGUFValueType.UINT32: np.uint32, GGUFValueType.INT32: np.int32,
-    GGUFValueType.FLOAT32: np.float32, GGUFValueType.BOOL: np.bool_, GGUFValueType.UINT64: np.uint64,
-    GGUFValueType.INT64: np.int64, GGUFValueType.FLOAT64: np.float64,
-}
-
-
-class _Corrupt(Exception):
-    """Raised inside the header parser; turned into one ModelLoadError at the boundary."""
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    shape: tuple[int, ...]  # torch order, outermost first (GGUF lists dims innermost first)
-    qtype: int              # a GGMLQuantizationType value (may be one gguf does not know)
-    offset: int             # absolute byte offset in the file
-    n_bytes: int            # -1 when the type is unknown
-
-
-@dataclass
-class GGUFFile:
-    path: Path
-    metadata: dict[str, Any]          # arrays as lists, strings as str
-    tensors: dict[str, TensorInfo]
-    data: np.ndarray                  # uint8 [file_size], the whole file (copy-on-write mmap)
-
-
-def read_gguf(path: Path) -> GGUFFile:
-    """Parse a GGUF file's header; tensor data stays mapped, not read."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            if size < 4:
-                raise ModelLoadError(f"{path} is not a GGUF file: it is only {size} bytes long. "
-                                     "Pass a .gguf model file or an HF model folder with --model.")
-            # ACCESS_COPY gives numpy a writable view, so torch.from_numpy needs no copy or warning.
-            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-    except OSError as e:
-        raise ModelLoadError(f"cannot read {path}: {e.strerror or e}. Check the path and its permissions.") from e
-    if buf[:4] != b"GGUF":
-        raise ModelLoadError(
-            f"{path} is not a GGUF file (it starts with {bytes(buf[:4])!r}, not b'GGUF'). "
-            "Pass a .gguf model file or an HF model folder with --model."
-        )
-    try:
-        metadata, tensors = _parse_header(buf, size)
-    except (_Corrupt, struct.error, UnicodeDecodeError, ValueError, OverflowError, MemoryError) as e:
-        raise ModelLoadError(
-            f"{path} is a corrupt or truncated GGUF file ({e or type(e).__name__}). "
-            "Download it again or re-convert it with llama.cpp's convert_hf_to_gguf.py."
-        ) from e
-    return GGUFFile(path, metadata, tensors, np.frombuffer(buf, dtype=np.uint8))
-
-
-def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, TensorInfo]]:
-    unpack = struct.unpack_from
-    (version,) = unpack("<I", buf, 4)
-    if version not in (2, 3):
-        hint = " (a big-endian file?)" if struct.unpack_from(">I", buf, 4)[0] in (2, 3) else ""
-        raise _Corrupt(f"GGUF version {version}{hint} is not supported; specscope reads versions 2 and 3")
-    n_tensors, n_kv = unpack("<QQ", buf, 8)
-    pos = 24
-    # Every key/value pair and tensor info takes at least 9 bytes: garbage counts fail here, not in a loop.
-    if (n_tensors + n_kv) * 9 > size:
-        raise _Corrupt(f"header claims {n_tensors} tensors and {n_kv} metadata keys, more than the file holds")
-
-    def string(pos: int) -> tuple[str, int]:
-        (n,) = unpack("<Q", buf, pos)
-        end = pos + 8 + n
-        if end > size:
-            raise _Corrupt(f"a string at byte {pos} runs past the end of the file")
-        return buf[pos + 8:end].decode("utf-8", errors="replace"), end
-
-    def value(vtype: int, pos: int) -> tuple[Any, int]:
-        if vtype == GGUFValueType.STRING:
-            return string(pos)
-        if vtype == GGUFValueType.ARRAY:
-            etype, count = unpack("<IQ", buf, pos)
-            pos += 12
-            if etype == GGUFValueType.STRING:
-                if count * 8 > size - pos:
-                    raise _Corrupt(f"a string array at byte {pos} claims {count} items")
-                items = []
-                append = items.append
-                for _ in range(count):  # the hot loop: ~100k vocabulary strings
-                    (n,) = unpack("<Q", buf, pos)
-                    end = pos + 8 + n
-                    append(buf[pos + 8:end].decode("utf-8", errors="replace"))
-                    pos = end
-                if pos > size:
-                    raise _Corrupt("a string array runs past the end of the file")
-                return items, pos
-            if etype in _NUMPY_DTYPES:
-                dtype = np.dtype(_NUMPY_DTYPES[GGUFValueType(etype)])
-                if count * dtype.itemsize > size - pos:
-                    raise _Corrupt(f"an array at byte {pos} claims {count} items")
-                arr = np.frombuffer(buf, dtype=dtype.newbyteorder("<"), count=count, offset=pos)
-                return arr.tolist(), pos + count * dtype.itemsize
-            items = []  # arrays of arrays: rare, parsed slowly
-            for _ in range(count):
-                item, pos = value(etype, pos)
-                items.append(item)
-            return items, pos
-        try:
-            fmt = _SCALAR_FORMATS[GGUFValueType(vtype)]
-        except (ValueError, KeyError):
-            raise _Corrupt(f"unknown metadata value type {vtype} at byte {pos}") from None
-        v = unpack(fmt, buf, pos)[0]
-        if vtype == GGUFValueType.FLOAT32:
-            v = float(str(np.float32(v)))  # 1e-05 stays 1e-05, not 9.999999747378752e-06
-        return v, pos + struct.calcsize(fmt)
-
-    metadata: dict[str, Any] = {}
-    for _ in range(n_kv):
-        key, pos = string(pos)
-        (vtype,) = unpack("<I", buf, pos)
-        metadata[key], pos = value(vtype, pos + 4)
-
-    infos = []
-    for _ in range(n_tensors):
-        name, pos = string(pos)
-        (n_dims,) = unpack("<I", buf, pos)
-        if n_dims > 8:
-            raise _Corrupt(f"tensor {name!r} claims {n_dims} dimensions")
-        dims = unpack(f"<{n_dims}Q", buf, pos + 4)
-        qtype, offset = unpack("<IQ", buf, pos + 4 + 8 * n_dims)
-        pos += 4 + 8 * n_dims + 12
-        infos.append((name, tuple(reversed(dims)), qtype, offset))
-
-    alignment = int(metadata.get("general.alignment", 32))
-    if alignment <= 0 or alignment & (alignment - 1):
-        raise _Corrupt(f"general.alignment {alignment} is not a power of two")
-    data_start = -(-pos // alignment) * alignment
-    tensors = {}
-    for name, shape, qtype, offset in infos:
-        tensors[name] = TensorInfo(name, shape, qtype, data_start + offset, _n_bytes(shape, qtype))
-    return metadata, tensors
-
-
-def _n_bytes(shape: tuple[int, ...], qtype: int) -> int:
-    try:
-        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
-    except (ValueError, KeyError):
-        return -1
-    n = math.prod(shape)
-    if shape and shape[-1] % block:
-        raise _Corrupt(f"a row of {shape[-1]} values is not a whole number of {block}-value blocks")
-    return n // block * type_size
-
-
-def type_name(qtype: int) -> str:
-    try:
-        return GGMLQuantizationType(qtype).name
-    except ValueError:
-        return f"type {qtype}"
 
 
 def tensor_source(gf: GGUFFile, info: TensorInfo, unpermute_heads: int = 0) -> TensorSource:
