@@ -14,10 +14,10 @@ gate/up 12288x4096, down 4096x12288) plus a 28672x8192 Q4_K matrix:
   layers, and torch's bf16 ``F.linear`` on the dequantized weights for comparison.
 
 Kernels are compiled first in parallel worker processes (Triton's on-disk cache then serves
-the timed process). Needs only torch + triton: the kernel module is loaded from its file
-(engine/weights/__init__ pulls in gguf/numpy, which a bare GPU box may lack), and the random
-weights and their float32 dequantization (the plane-layout formulas of engine/weights/packed.py)
-are built here in torch. Writes a JSON to --out.
+the timed process). Needs torch, triton and what engine.weights needs (gguf, numpy): the
+random weights are engine.weights.packed.PackedWeight planes built here in torch, and the
+float32 reference is engine.weights.packed.dequantize_packed (bit-identical to gguf). Writes a
+JSON to --out.
 
     python3 bench/bench_packed_matmul.py --out /tmp/packed.json
 """
@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from engine.weights.packed import PLANE_SPECS, PackedWeight, dequantize_packed  # noqa: E402
+
 PEAK_GBS = 4800.0
 TYPES = ("Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_K")
 LAYER = {  # Qwen3-8B-like: name -> (N, K)
@@ -50,46 +52,18 @@ MS = (1, 2, 4, 8, 16, 32, 64)
 L2_DEFEAT_BYTES = 160 << 20
 
 
-_PLANES = {  # plane -> (dtype, columns per block), blocks of 32 (legacy) or 256 (K-quants)
-    "Q8_0": {"qs": (torch.int8, 32), "d": (torch.float16, 1)},
-    "Q4_0": {"qs": (torch.uint8, 16), "d": (torch.float16, 1)},
-    "Q4_1": {"qs": (torch.uint8, 16), "d": (torch.float16, 1), "m": (torch.float16, 1)},
-    "Q4_K": {"qs": (torch.uint8, 128), "d": (torch.float16, 1), "dmin": (torch.float16, 1),
-             "sc": (torch.uint8, 8), "mn": (torch.uint8, 8)},
-    "Q5_K": {"qs": (torch.uint8, 128), "qh": (torch.uint8, 32), "d": (torch.float16, 1),
-             "dmin": (torch.float16, 1), "sc": (torch.uint8, 8), "mn": (torch.uint8, 8)},
-    "Q6_K": {"ql": (torch.uint8, 128), "qh": (torch.uint8, 64), "sc": (torch.int8, 16),
-             "d": (torch.float16, 1)},
-}
-
-
 def load_kernels():
-    """engine/weights/triton_kernels.py, loaded from its file (no engine package import)."""
-    import importlib.util
-    name = "specscope_triton_kernels"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "engine" / "weights" / "triton_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """engine.weights.triton_kernels (imported here, not at module level: --help needs no triton)."""
+    from engine.weights import triton_kernels
+    return triton_kernels
 
 
-class Weight:
-    """The packed-weight interface the kernel needs: qtype, shape, planes."""
-
-    def __init__(self, qtype, shape, planes):
-        self.qtype, self.shape, self.planes = qtype, shape, planes
-        self.nbytes = sum(t.numel() * t.element_size() for t in planes.values())
-
-
-def make_weight(qtype: str, n: int, k: int, seed: int = 0, device="cuda") -> Weight:
+def make_weight(qtype: str, n: int, k: int, seed: int = 0, device="cuda") -> PackedWeight:
     """Random valid planes: random quant bytes, 6-bit K-quant sub-scales, sane f16 scales."""
     gen = torch.Generator(device=device).manual_seed(seed)
     bs = 256 if qtype.endswith("_K") else 32
     planes = {}
-    for name, (dt, per) in _PLANES[qtype].items():
+    for name, (dt, per) in PLANE_SPECS[qtype].items():
         rows, cols = n, k // bs * per
         if dt == torch.float16:
             lo, hi = {"d": (1e-3, 3e-3), "dmin": (1e-3, 3e-3), "m": (-0.1, 0.0)}[name]
@@ -102,42 +76,7 @@ def make_weight(qtype: str, n: int, k: int, seed: int = 0, device="cuda") -> Wei
             t = torch.randint(0, 256, (rows, cols), device=device, dtype=torch.uint8,
                               generator=gen).view(dt)
         planes[name] = t.contiguous()
-    return Weight(qtype, (n, k), planes)
-
-
-def dequantize(w: Weight) -> torch.Tensor:
-    """float32 [N, K] by the plane-layout formulas (every product exact in float32)."""
-    p, (n, k) = w.planes, w.shape
-    f = torch.float32
-    if w.qtype == "Q8_0":
-        return p["qs"].to(f) * p["d"].to(f).repeat_interleave(32, dim=1)
-    if w.qtype in ("Q4_0", "Q4_1"):
-        qs = p["qs"].view(n, k // 32, 16)
-        q = torch.cat([qs & 15, qs >> 4], dim=-1).to(f)                     # [n, nb, 32]
-        d = p["d"].to(f).view(n, k // 32, 1)
-        if w.qtype == "Q4_0":
-            return ((q - 8.0) * d).view(n, k)
-        return (q * d + p["m"].to(f).view(n, k // 32, 1)).view(n, k)
-    nb = k // 256
-    d = p["d"].to(f).view(n, nb, 1, 1)
-    if w.qtype in ("Q4_K", "Q5_K"):
-        qs = p["qs"].view(n, nb, 4, 1, 32)
-        q = torch.cat([qs & 15, qs >> 4], dim=3).view(n, nb, 8, 32)           # sub-block 2c+h
-        if w.qtype == "Q5_K":
-            qh = p["qh"].view(n, nb, 1, 32)
-            sh = torch.arange(8, device=qh.device, dtype=torch.uint8).view(1, 1, 8, 1)
-            q = q | (((qh >> sh) & 1) << 4)
-        sc = p["sc"].to(f).view(n, nb, 8, 1)
-        mn = p["mn"].to(f).view(n, nb, 8, 1)
-        dm = p["dmin"].to(f).view(n, nb, 1, 1)
-        return ((d * sc) * q.to(f) - dm * mn).view(n, k)
-    ql = p["ql"].view(n, nb, 2, 1, 2, 32)                                     # h, -, j%2, l
-    low = torch.cat([ql & 15, ql >> 4], dim=3).view(n, nb, 2, 4, 32)         # j = 2*(j//2)+j%2
-    qh = p["qh"].view(n, nb, 2, 1, 32)
-    sh = (2 * torch.arange(4, device=qh.device, dtype=torch.uint8)).view(1, 1, 1, 4, 1)
-    q = (low | (((qh >> sh) & 3) << 4)).to(f) - 32.0                          # [n, nb, 2, 4, 32]
-    sc = p["sc"].to(f).view(n, nb, 2, 4, 2, 1)
-    return ((p["d"].to(f).view(n, nb, 1, 1, 1, 1) * sc) * q.view(n, nb, 2, 4, 2, 16)).reshape(n, k)
+    return PackedWeight(qtype, (n, k), planes)
 
 
 def _warm_job(job):
@@ -202,7 +141,6 @@ def main() -> None:
 
     import triton
     tk = load_kernels()
-    dequantize_packed = dequantize
 
     types = [t for t in args.types.split(",") if t]
     dev = torch.cuda.get_device_properties(0)

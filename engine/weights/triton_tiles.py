@@ -1,0 +1,302 @@
+"""The dequantizing Triton kernel of ``packed_matmul`` (see ``triton_kernels.py`` for the design
+and the launch): one tile per GGUF type (``acc += (one tile of the weight rows rn) @ x^T``),
+the kernel that walks a program's K range over them, and the fixed-order sum of split-K
+partials (also used by the int8 path, ``triton_int8.py``).
+
+Imported lazily, through ``triton_kernels.py``: Triton is not a dependency of the package.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
+
+MAX_ROWS = 64          # rows per launch (4 slices of 16); larger M is done in chunks of 64
+
+
+# ---------------------------------------------------------------------------------------------
+# per-type tiles: acc += (one tile of the weight rows rn) @ x^T
+
+
+@triton.jit
+def _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32,
+               NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+    """Q8_0, 256 values (8 blocks of 32) from kb: qs int8 [N, K], d f16 [N, K/32].
+    Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3)."""
+    BN: tl.constexpr = rn.shape[0]
+    c4 = tl.arange(0, 4)
+    bh = tl.arange(0, 2)
+    jw = tl.arange(0, 8)
+    blk = 4 * bh[:, None] + c4[None, :]                                             # [2, 4]
+    woff = kb // 4 + 8 * blk[:, None, :] + jw[None, :, None]                        # [2, 8, 4]
+    wp = pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K4 + woff[None]
+    dp = pd + rn[:, None, None] * K32 + kb // 32 + blk[None]
+    if EVEN_K:
+        w = tl.load(wp)
+        d = tl.load(dp).to(tl.float32)
+    else:
+        w = tl.load(wp, mask=(kb + 32 * blk < K)[None, :, None, :], other=0)
+        d = tl.load(dp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+    # value = d * q, q = (byte ^ 0x80) - 128
+    if IEEE:
+        a = d
+        b = d * 0.0
+        mg = _opaque(a, 0x4B000080)
+    else:
+        a = d * 2048.0                                  # f = 1 + (q + 128) / 2048
+        b = d * -2176.0
+        mg = _opaque(a, 0x3F880000)                     # 1.0 with the 0x80 bit at bit 19
+    a = a[:, :, None, :]
+    b = b[:, :, None, :]
+    mg = mg[:, :, None, :]
+    if IEEE:
+        f0 = ((w & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f1 = (((w >> 8) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f2 = (((w >> 16) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f3 = (((w >> 24) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+    else:
+        f0 = (((w << 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f1 = (((w << 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f2 = (((w >> 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f3 = (((w >> 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+    v0 = tl.reshape(tl.fma(f0, a, b), [BN, 16, 4])
+    v1 = tl.reshape(tl.fma(f1, a, b), [BN, 16, 4])
+    v2 = tl.reshape(tl.fma(f2, a, b), [BN, 16, 4])
+    v3 = tl.reshape(tl.fma(f3, a, b), [BN, 16, 4])
+    kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [16, 4])
+    return _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
+                      NMB, EVEN_K, IEEE)
+
+
+@triton.jit
+def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
+                Q41: tl.constexpr, NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+    """Q4_0 / Q4_1, 256 values (8 blocks of 32) from kb: qs [N, K/2] (per block 16 bytes,
+    byte j = value j low nibble, value 16+j high nibble), d (, m) f16 [N, K/32].
+    Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3)."""
+    c4 = tl.arange(0, 4)
+    bh = tl.arange(0, 2)
+    jw = tl.arange(0, 4)
+    blk = 4 * bh[:, None] + c4[None, :]                                             # [2, 4]
+    woff = kb // 8 + 4 * blk[:, None, :] + jw[None, :, None]                        # [2, 4, 4]
+    wp = pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K8 + woff[None]
+    sp = rn[:, None, None] * K32 + kb // 32 + blk[None]
+    if EVEN_K:
+        w = tl.load(wp)
+        d = tl.load(pd + sp).to(tl.float32)
+        if Q41:
+            t = tl.load(pm + sp).to(tl.float32)
+    else:
+        w = tl.load(wp, mask=(kb + 32 * blk < K)[None, :, None, :], other=0)
+        d = tl.load(pd + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+        if Q41:
+            t = tl.load(pm + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+    if not Q41:
+        t = d * -8.0                                    # Q4_0: d * (q - 8)
+    a_lo, b_lo = _affine(d, t, 16, IEEE)
+    a_hi, b_hi = _affine(d, t, 12, IEEE)
+    mg = _magic(d, IEEE)[:, :, None, :]
+    a_lo = a_lo[:, :, None, :]
+    b_lo = b_lo[:, :, None, :]
+    a_hi = a_hi[:, :, None, :]
+    b_hi = b_hi[:, :, None, :]
+    kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [8, 4])
+    acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_lo, b_lo, mg, kxw,
+                                          x_ptr, sxm, M, K, 0, 0, 0, True, NMB, EVEN_K, IEEE)
+    return _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_hi, b_hi, mg, kxw + 16,
+                        x_ptr, sxm, M, K, 4, 0, 0, True, NMB, EVEN_K, IEEE)
+
+
+@triton.jit
+def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn, d, dm, rn, kb, M, K, sxm, K8, K32,
+             Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr):
+    """Q4_K / Q5_K, one superblock from kb (d, dm: its f16 scales as float32 [BN, 1]).
+    qs [N, K/2], 4 chunks of 32 bytes: chunk c byte j = value 64c+j (low nibble, sub-block
+    2c) and 64c+32+j (high nibble, 2c+1). Q5_K qh [N, K/8], 32 bytes: bit s of byte j is the
+    5th bit of value 32s+j. sc, mn u8 [N, K/32]. Words [BN, jh, c]: chunk c, bytes 4jh.."""
+    BN: tl.constexpr = rn.shape[0]
+    c4 = tl.arange(0, 4)
+    s8 = rn[:, None] * K32 + kb // 32 + tl.arange(0, 8)[None, :]
+    sc_lo, sc_hi = tl.split(tl.reshape(tl.load(psc + s8), [BN, 4, 2]))
+    mn_lo, mn_hi = tl.split(tl.reshape(tl.load(pmn + s8), [BN, 4, 2]))
+    # value = (d * sc) * q - (dmin * mn); low nibbles at p = 16, high at p = 12 (see _fval)
+    a_lo, b_lo = _affine(d * sc_lo.to(tl.float32), -(dm * mn_lo.to(tl.float32)), 16, IEEE)
+    a_hi, b_hi = _affine(d * sc_hi.to(tl.float32), -(dm * mn_hi.to(tl.float32)), 12, IEEE)
+    mg = _magic(a_lo, IEEE)[:, None, :]
+    a_lo = a_lo[:, None, :]
+    b_lo = b_lo[:, None, :]
+    a_hi = a_hi[:, None, :]
+    b_hi = b_hi[:, None, :]
+    if Q5:
+        HB: tl.constexpr = 1
+    else:
+        HB: tl.constexpr = 0
+    # JS words of each chunk per dot (8: one dot per half-superblock; 4: two, fewer live
+    # registers). The K order inside a dot changes, the per-row arithmetic sequence is fixed.
+    for part in tl.static_range(0, 8 // JS):
+        jh = part * JS + tl.arange(0, JS)
+        wq = tl.load(pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K8
+                     + (kb // 8 + 8 * c4[None, :] + jh[:, None])[None])             # [BN, JS, 4]
+        if Q5:
+            # qh word jh holds the 5th bits of values 4jh..4jh+3 of every sub-block
+            wh = tl.load(ph.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K32
+                         + (kb // 32 + jh[:, None] + 0 * c4[None, :])[None])
+            wh = wh >> (2 * c4)[None, None, :]         # bit 8i (+1): sub-block 2c (2c+1)
+        else:
+            wh = wq
+        kxw = kb + 64 * c4[None, :] + 4 * jh[:, None]                                # [JS, 4]
+        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_lo, b_lo, mg, kxw,
+                                              x_ptr, sxm, M, K, 0, 0, HB, False, NMB, True, IEEE)
+        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_hi, b_hi, mg, kxw + 32,
+                                              x_ptr, sxm, M, K, 4, 1, HB, False, NMB, True, IEEE)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, d, rn, kb, M, K, sxm, K8, K16,
+            NMB: tl.constexpr, IEEE: tl.constexpr):
+    """Q6_K, one superblock from kb (d: f16 scale as float32 [BN, 1]). ql [N, K/2] (128
+    bytes), qh [N, K/4] (64), sc i8 [N, K/16]. Value 128h + 32j + l (h 0..1, j 0..3, l 0..31):
+    low 4 bits = ql[64h + 32(j%2) + l] >> 4(j//2), high 2 bits = qh[32h + l] >> 2j,
+    value = d * sc[8h + 2j + l//16] * (q - 32).
+    Words [BN, h, lw, c] with c = 2a + l//16 (a = j%2), l = 16(c%2) + 4lw + byte: the low
+    nibbles are j = a, the high ones j = a + 2, so a lane's scale index is 8h + 4nb + c."""
+    BN: tl.constexpr = rn.shape[0]
+    c4 = tl.arange(0, 4)
+    hh = tl.arange(0, 2)
+    lw = tl.arange(0, 4)
+    ql_off = kb // 8 + 16 * hh[:, None, None] + 4 * c4[None, None, :] + lw[None, :, None]
+    qh_off = kb // 16 + 8 * hh[:, None, None] + 4 * (c4 % 2)[None, None, :] + lw[None, :, None]
+    wq = tl.load(pl.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K8 + ql_off[None])
+    wh = tl.load(ph.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K16 + qh_off[None])
+    wh = wh >> (2 * (c4 // 2))[None, None, None, :]    # bits 8i + 4nb (2 of them): j = a + 2nb
+    sc = tl.load(psc + rn[:, None] * K16 + kb // 16 + tl.arange(0, 16)[None, :])
+    sc_lo, sc_hi = tl.split(tl.permute(tl.reshape(sc, [BN, 2, 2, 4]), (0, 1, 3, 2)))  # [BN, 2, 4]
+    a_lo, b_lo = _affine(d[:, :, None] * sc_lo.to(tl.float32), d[:, :, None] * sc_lo.to(tl.float32) * -32.0, 16, IEEE)
+    a_hi, b_hi = _affine(d[:, :, None] * sc_hi.to(tl.float32), d[:, :, None] * sc_hi.to(tl.float32) * -32.0, 12, IEEE)
+    mg = _magic(a_lo, IEEE)[:, :, None, :]
+    a_lo = a_lo[:, :, None, :]
+    b_lo = b_lo[:, :, None, :]
+    a_hi = a_hi[:, :, None, :]
+    b_hi = b_hi[:, :, None, :]
+    kxw = tl.reshape(kb + 128 * hh[:, None, None] + 4 * lw[None, :, None]
+                     + (32 * (c4 // 2) + 16 * (c4 % 2))[None, None, :], [8, 4])
+    acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_lo, b_lo, mg, kxw,
+                                          x_ptr, sxm, M, K, 0, 0, 2, True, NMB, True, IEEE)
+    return _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_hi, b_hi, mg, kxw + 64,
+                        x_ptr, sxm, M, K, 4, 4, 2, True, NMB, True, IEEE)
+
+
+@triton.jit
+def _kscales(pd, rn, kb, K256, SB: tl.constexpr):
+    """The f16 superblock scale of rows rn for superblocks kb/256 .. (+SB-1) as float32
+    [BN, 1] each (SB = 2: one 4-byte load per row, which the pipeliner can copy ahead)."""
+    if SB == 2:
+        dd = tl.load(pd + rn[:, None] * K256 + kb // 256 + tl.arange(0, 2)[None, :])
+        d0, d1 = tl.split(dd.to(tl.float32))
+        return d0[:, None], d1[:, None]
+    else:
+        d0 = tl.load(pd + rn[:, None] * K256 + kb // 256).to(tl.float32)
+        return d0, d0
+
+
+@triton.jit
+def _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, pd, pdm, psc, pmn, rn, kb, M, K, sxm, K8, K32, K256,
+               Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr):
+    """Q4_K / Q5_K, SB superblocks from kb (``_sb_q45k`` each, ``ph`` unused for Q4_K)."""
+    d0, d1 = _kscales(pd, rn, kb, K256, SB)
+    m0, m1 = _kscales(pdm, rn, kb, K256, SB)
+    acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn,
+                                      d0, m0, rn, kb, M, K, sxm, K8, K32, Q5, NMB, IEEE, JS)
+    if SB == 2:
+        acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn,
+                                          d1, m1, rn, kb + 256, M, K, sxm, K8, K32, Q5, NMB, IEEE, JS)
+    return acc0, acc1, acc2, acc3
+
+
+# ---------------------------------------------------------------------------------------------
+# the kernel
+
+
+@triton.jit
+def _store(acc, o_ptr, row0, rn, M, N, som, sop, pid_s, SPLIT: tl.constexpr):
+    rm = row0 + tl.arange(0, 16)
+    mask = (rm[None, :] < M) & (rn[:, None] < N)
+    if SPLIT:
+        p = o_ptr + pid_s * sop + rm[None, :] * som + rn[:, None]
+        tl.store(p, acc, mask=mask)
+    else:
+        p = o_ptr + rm[None, :] * som + rn[:, None]
+        tl.store(p, acc.to(o_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["M"])   # one compiled kernel per row-slice count, whatever M
+def _packed_mm_kernel(
+    x_ptr, o_ptr, p0, p1, p2, p3, p4, p5,
+    M, N, K, sxm, som, sop, K4, K8, K16, K32, K256,
+    TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
+    EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
+):
+    """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
+    (SB superblocks for K-quants; SB = 1 for the 32-block types)."""
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    rn_out = pid_n * BN + tl.arange(0, BN)
+    rn = tl.minimum(rn_out, N - 1)          # clamped rows: loads need no N mask
+
+    acc0 = tl.zeros([BN, 16], dtype=tl.float32)
+    acc1 = tl.zeros([BN, 16], dtype=tl.float32)
+    acc2 = tl.zeros([BN, 16], dtype=tl.float32)
+    acc3 = tl.zeros([BN, 16], dtype=tl.float32)
+
+    # the host picks a split count dividing the tile count: every split has TPS tiles (a
+    # constexpr: a known trip count, and Triton 3.6's CPU interpreter cannot loop over a
+    # runtime scalar with numpy >= 2.4)
+    for i in range(0, TPS):
+        kb = (pid_s * TPS + i) * (256 * SB)
+        if QT == 0:
+            acc0, acc1, acc2, acc3 = _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, p0, p1, rn, kb,
+                                                M, K, sxm, K4, K32, NMB, EVEN_K, IEEE)
+        elif QT == 1:
+            acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p1, rn, kb,
+                                                 M, K, sxm, K8, K32, False, NMB, EVEN_K, IEEE)
+        elif QT == 2:
+            acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,
+                                                 M, K, sxm, K8, K32, True, NMB, EVEN_K, IEEE)
+        elif QT == 3:
+            # Q4_K planes: qs, d, dmin, sc, mn
+            acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p1, p2, p3, p4, rn, kb,
+                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB)
+        elif QT == 4:
+            # Q5_K planes: qs, qh, d, dmin, sc, mn
+            acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, p4, p5, rn, kb,
+                                                M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB)
+        else:
+            # Q6_K planes: ql, qh, sc, d
+            d0, d1 = _kscales(p3, rn, kb, K256, SB)
+            acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, d0,
+                                             rn, kb, M, K, sxm, K8, K16, NMB, IEEE)
+            if SB == 2:
+                acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, d1,
+                                                 rn, kb + 256, M, K, sxm, K8, K16, NMB, IEEE)
+
+    _store(acc0, o_ptr, 0, rn_out, M, N, som, sop, pid_s, SPLIT)
+    if NMB > 1:
+        _store(acc1, o_ptr, 16, rn_out, M, N, som, sop, pid_s, SPLIT)
+    if NMB > 2:
+        _store(acc2, o_ptr, 32, rn_out, M, N, som, sop, pid_s, SPLIT)
+    if NMB > 3:
+        _store(acc3, o_ptr, 48, rn_out, M, N, som, sop, pid_s, SPLIT)
+
+
+@triton.jit
+def _sum_splits_kernel(ws_ptr, o_ptr, MN, sws, S: tl.constexpr, BLOCK: tl.constexpr):
+    """o[i] = sum_{s=0..S-1} ws[s, i] in that fixed order (float32), cast to o's dtype."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = i < MN
+    acc = tl.load(ws_ptr + i, mask=mask, other=0.0)
+    for s in range(1, S):
+        acc += tl.load(ws_ptr + s * sws + i, mask=mask, other=0.0)
+    tl.store(o_ptr + i, acc.to(o_ptr.dtype.element_ty), mask=mask)
