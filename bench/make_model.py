@@ -49,7 +49,7 @@ class Shape:
 
 
 SHAPES = {
-    # the 8B-like model: Qwen3-8B's transformer with a 49,152-token vocabulary
+    # an 8B-like model: Qwen3-8B's transformer (7.35 B parameters) with a 49,152-token vocabulary
     "qwen3-8b": Shape("qwen3", 4096, 36, 32, 8, 128, 12288, 49152, 40960),
     # a few hundred MB, for CPU tests of the streaming loader
     "small": Shape("llama", 1024, 8, 16, 4, 64, 4096, 49152, 4096),
