@@ -271,7 +271,7 @@ def open_rows(rt: Runtime, ours: tuple[str, ...], peers: tuple[str, ...], n_ctx:
     a run needs at most (prompt + new tokens + a window). hf_model: an already loaded
     transformers model (tests pass their session fixture)."""
     say = progress or (lambda *_: None)
-    extra: dict[str, Any] = {"load_s": {"ours": round(rt.loaded.load_s, 3)}}
+    extra: dict[str, Any] = {"load_s": {"ours": round(rt.load_s, 3)}}
     if "adaptive" in ours:
         say("cost profile for the adaptive row (probing, if none is saved)", None)
         prof = ensure_profile(rt, progress, **(probe_args or {}))

@@ -281,7 +281,7 @@ class Decoder:
             "accept_rate_by_depth": [round(a, 4) for a in st.accept_rate_by_depth],
             "tok_s": round(st.tok_s, 3),
             "wall_s": round(self.wall_s, 4),
-            "load_s": round(getattr(rt.loaded, "load_s", 0.0), 4),
+            "load_s": round(rt.load_s, 4),
             "finish_reason": self.finish_reason,
             "retired": bool(self.floor is not None and self.floor.retired),
             "ar_windows": self.floor.ar_windows if self.floor is not None else 0,
@@ -289,6 +289,9 @@ class Decoder:
             "profile": self.profile.id if self.profile is not None else None,
             "device": rt.device_name,
             "dtype": rt.dtype_name,
+            "weights": rt.weights_mode,
+            "weight_format": rt.weights_label,
+            "weight_bytes": rt.weight_bytes,
             "model": str(rt.loaded.source),
             "config": self.settings.to_dict(),
         }
