@@ -131,17 +131,23 @@ def find_profile(device_name: str, model_id: str, dtype: str) -> CostProfile | N
     return CostProfile.load(path) if path.is_file() else None
 
 
+PACKED_MARK = "[packed]"      # what engine.model.runtime appends to a packed model's id
+
+
 def resolve_profile(device_name: str, model_id: str, dtype: str) -> CostProfile | None:
     """A measured profile if one was saved, else a bundled reference of the same device and
-    model shape (e.g. the H200 SmolLM2 shape), else None (the caller should probe)."""
+    model shape (e.g. the H200 SmolLM2 shape) whose weights are in the same form (a runtime with
+    packed weights has " [packed]" in its model id), else None (the caller should probe)."""
     found = find_profile(device_name, model_id, dtype)
     if found is not None:
         return found
     model, device = model_id.lower(), device_name.lower()
+    packed = PACKED_MARK in model
     for ref in reference_profiles().values():
         key = ref.model.split()[0].lower() if ref.model else ""
         # runtime names carry a backend suffix ("NVIDIA H200 (CUDA)"); references do not
-        if ref.device.lower() in device and key and key in model:
+        if (ref.device.lower() in device and key and key in model
+                and (PACKED_MARK in ref.model.lower()) == packed and ref.dtype == dtype):
             return ref
     return None
 

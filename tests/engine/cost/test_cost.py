@@ -117,7 +117,10 @@ def test_reference_profiles_load_with_their_published_numbers():
     refs = reference_profiles()
     assert set(refs) == {"rx9070xt-qwen3.5-9b", "strix-halo-flash-next", "r9700-flash-next",
                          "h200-qwen3-8b-shape", "h200-qwen2.5-0.5b-shape", "h200-smollm2-135m-shape",
-                         "h200-smollm2-135m-bundled-bf16"}
+                         "h200-smollm2-135m-bundled-bf16", "h200-smollm2-135m-bundled-packed-bf16",
+                         "h200-qwen3-8b-shape-q4km-packed"}
+    # the packed 8B-like card measured with our kernels (BENCHMARKS.md): 9.57 ms a row, 1.27x bf16
+    assert refs["h200-qwen3-8b-shape-q4km-packed"].ms(1) == pytest.approx(9.567, abs=1e-3)
     rx = refs["rx9070xt-qwen3.5-9b"]
     assert rx.kind == "roofline"
     assert rx.fit.knee_rows == pytest.approx(25.3 / 1.04)      # ~24 rows

@@ -129,3 +129,9 @@ def test_resolve_profile_falls_back_to_a_matching_reference(tmp_path, monkeypatc
     ref = resolve_profile("NVIDIA H200 (CUDA)", "SmolLM2-135M-Instruct.Q4_1.gguf", "bfloat16")
     assert ref is not None and ref.id == "h200-smollm2-135m-bundled-bf16"   # the real weights win over the shape
     assert resolve_profile("CPU x86_64", "SmolLM2-135M-Instruct.Q4_1.gguf", "float32") is None
+    # packed weights cost differently: only a reference measured packed stands in for them
+    packed = resolve_profile("NVIDIA H200 (CUDA)", "SmolLM2-135M-Instruct.Q4_1.gguf [packed]", "bfloat16")
+    assert packed is not None and packed.id == "h200-smollm2-135m-bundled-packed-bf16"
+    assert packed.ms(1) > ref.ms(1)                       # measured: 2.92 vs 2.57 ms on the H200
+    # and a float32 run is not priced by a bfloat16 card
+    assert resolve_profile("NVIDIA H200 (CUDA)", "SmolLM2-135M-Instruct.Q4_1.gguf", "float32") is None
