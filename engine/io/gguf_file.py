@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType, LlamaFileType
 
 from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling, check_weight_shapes
 from engine.errors import ModelLoadError
+from engine.io.names import NameMap
 from engine.io.gguf_header import GGUFFile, TensorInfo, read_gguf, type_name
 from engine.io.tokenizer import Tokenizer
 from engine.model.rope import llama3_divisors, yarn_attention_factor
@@ -66,23 +67,9 @@ _LAYER_NAMES = {
 }
 
 
-def gguf_name(canonical: str) -> str:
-    """'layers.3.q' -> 'blk.3.attn_q.weight': the inverse of canonical_name, for messages."""
-    for g, c in _GLOBAL_NAMES.items():
-        if c == canonical:
-            return g
-    _, i, short = canonical.split(".", 2)
-    return f"blk.{i}." + next(g for g, c in _LAYER_NAMES.items() if c == short)
-
-
-def canonical_name(gguf_name: str) -> str | None:
-    """'blk.3.attn_q.weight' -> 'layers.3.q'; None for tensors the model does not use."""
-    if gguf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[gguf_name]
-    parts = gguf_name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_NAMES:
-        return f"layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
-    return None
+GGUF_NAMES = NameMap(_GLOBAL_NAMES, "blk.", _LAYER_NAMES)
+gguf_name = GGUF_NAMES.file_name          # 'layers.3.q' -> 'blk.3.attn_q.weight'
+canonical_name = GGUF_NAMES.canonical     # 'blk.3.attn_q.weight' -> 'layers.3.q' (None: unused)
 
 
 def config_from_metadata(gf: GGUFFile, tokenizer: Tokenizer) -> ModelConfig:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling, check_weight_shapes
 from engine.errors import ModelLoadError
+from engine.io.names import NameMap
 from engine.io.safetensors_file import SafetensorsFile
 from engine.io.tokenizer import Tokenizer
 from engine.model.source import TensorSource
@@ -32,23 +33,9 @@ _LAYER_NAMES = {
 }
 
 
-def canonical_name(hf_name: str) -> str | None:
-    """'model.layers.3.self_attn.q_proj.weight' -> 'layers.3.q'; None for tensors we do not map."""
-    if hf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[hf_name]
-    parts = hf_name.split(".", 3)
-    if len(parts) == 4 and parts[:2] == ["model", "layers"] and parts[2].isdigit() and parts[3] in _LAYER_NAMES:
-        return f"layers.{parts[2]}.{_LAYER_NAMES[parts[3]]}"
-    return None
-
-
-def hf_name(canonical: str) -> str:
-    """Inverse of canonical_name, for messages."""
-    for h, c in _GLOBAL_NAMES.items():
-        if c == canonical:
-            return h
-    _, i, short = canonical.split(".", 2)
-    return f"model.layers.{i}." + next(h for h, c in _LAYER_NAMES.items() if c == short)
+HF_NAMES = NameMap(_GLOBAL_NAMES, "model.layers.", _LAYER_NAMES)
+hf_name = HF_NAMES.file_name              # 'layers.3.q' -> 'model.layers.3.self_attn.q_proj.weight'
+canonical_name = HF_NAMES.canonical       # and back (None: a tensor the model does not use)
 
 
 def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig:
