@@ -33,7 +33,9 @@ def add_model_args(p: argparse.ArgumentParser, top: bool = True) -> None:
                    help="auto: float32 on CPU, bfloat16 on GPU")
     p.add_argument("--weights", default=dflt("weights"), choices=["auto", "packed", "dequantized"],
                    help="quantized GGUF weights: packed (kept as in the file, computed on the fly) or "
-                        "dequantized to --dtype at load; auto: packed on a GPU")
+                        "dequantized to --dtype at load; auto: packed on a GPU, and on an AVX-512 CPU "
+                        "when every linear weight is Q4_0/Q4_1/Q4_K (int4 kernels, bfloat16 "
+                        "activations), else dequantized")
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:

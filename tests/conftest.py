@@ -26,7 +26,8 @@ def tokenizer(loaded_model):
 @pytest.fixture(scope="session")
 def cpu_runtime(loaded_model):
     from engine.model.runtime import Runtime
-    return Runtime(loaded_model, "cpu", "float32")
+    # float32 throughout: the exact reference (weights="auto" packs Q4 files on AVX-512 CPUs)
+    return Runtime(loaded_model, "cpu", "float32", weights="dequantized")
 
 
 @pytest.fixture(scope="session")

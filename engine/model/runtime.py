@@ -21,7 +21,8 @@ from engine.model.cache import KVCache
 from engine.model.device import (device_name, dtype_name, one_torch_thread, pick_device, pick_dtype,
                                  synchronize)
 from engine.errors import ParameterError
-from engine.model.linear import CPU_KERNELS
+from engine.model.linear import CPU_KERNELS, cpu_fast_available
+from engine.weights import CPU_FAST_TYPES
 from engine.model.transformer import Transformer
 
 if TYPE_CHECKING:                   # the runtime is handed a loaded model; it never opens files
@@ -122,6 +123,16 @@ class _GraphBucket:
 WEIGHT_MODES = ("auto", "packed", "dequantized")
 
 
+def cpu_fast_fits(loaded: "LoadedModel") -> bool:
+    """Whether `weights="auto"` packs this model on this CPU: every packable linear weight has an
+    int4 CPU layout (engine.weights.cpu_fast) and the CPU has AVX-512, the only kind measured
+    faster than float32 BLAS (on AVX2 the int4 kernel barely beats a float32 GEMV)."""
+    types = {s.qtype for name, s in loaded.weights.items()
+             if s.packable and name not in ("embed", "lm_head")}
+    return (bool(types) and types <= set(CPU_FAST_TYPES) and cpu_fast_available()
+            and torch.backends.cpu.get_cpu_capability().startswith("AVX512"))
+
+
 def _gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
@@ -144,8 +155,11 @@ class Runtime:
         self.dtype_name = dtype_name(self.dtype)
         self.device_name = device_name(self.device)
         # auto: packed on a GPU, where a pass streams the weights and 4-bit weights stream ~4x
-        # faster than 16-bit ones; on a CPU the dequantized float weights (BLAS) measured faster
-        packed = weights == "packed" or (weights == "auto" and self.device.type != "cpu")
+        # faster than 16-bit ones. On a CPU with AVX-512, packed when the fast int4 kernels take
+        # every linear weight of the file (Q4_0/Q4_1/Q4_K): decode measured ~2x float32's here
+        # (BENCHMARKS.md, "CPU: packed weights"); otherwise dequantized float weights (BLAS)
+        packed = weights == "packed" or (weights == "auto" and (
+            self.device.type != "cpu" or (cpu_kernels == "fast" and cpu_fast_fits(loaded))))
         # what a cost profile is measured for: the model file and the form of its weights
         self.model_id = loaded.source.name
         t0 = time.perf_counter()

@@ -13,10 +13,11 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from engine.model.attention import padded_keys, row_invariant_attention
 from engine.model.cache import KVCache
-from engine.model.linear import Linear
+from engine.model.linear import CPU_KERNELS, Linear, cpu_fast_available
 from engine.model.source import TensorSource
-from engine.weights import PackedWeight
+from engine.weights import CPU_FAST_TYPES, PackedWeight, dequantize_packed
 from engine.model.config import ModelConfig
 from engine.model.rope import rope_tables
 
@@ -27,12 +28,18 @@ class Transformer:
     `weights` maps canonical names to TensorSources; each is built on the device in its final
     form, one at a time. With `packed`, linear weights stored in a packed quantization
     (engine.weights.PACKED_TYPES) stay in it and are multiplied by engine.weights' kernels;
-    everything else (norms, embeddings, other types) is dequantized to `dtype`.
+    everything else (norms, embeddings, other types) is dequantized to `dtype`. On the CPU,
+    `cpu_kernels` picks the packed kernels (engine.model.linear): "fast" (4-bit types on torch's
+    int4 matmul with bfloat16 activations, the LM head in bfloat16, row-invariant attention:
+    engine.model.attention) or "exact" (float32 throughout).
     """
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, TensorSource],
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 packed: bool = False, progress: Callable[[str, float], None] | None = None):
+                 packed: bool = False, progress: Callable[[str, float], None] | None = None,
+                 cpu_kernels: str = "fast"):
+        if cpu_kernels not in CPU_KERNELS:
+            raise ValueError(f"cpu_kernels must be one of {CPU_KERNELS}, got {cpu_kernels!r}")
         self.cfg = cfg
         self.device = torch.device(device)
         self.dtype = dtype
@@ -58,8 +65,9 @@ class Transformer:
                 return src.packed(self.device)
             return w(name)
 
+        kern = cpu_kernels if self.device.type == "cpu" and cpu_fast_available() else "exact"
         self.embed = w("embed")                                   # [V, H]
-        self.lm_head = Linear([self.embed] if cfg.tie_embeddings else [lin("lm_head")])
+        head = self.embed if cfg.tie_embeddings else lin("lm_head")
         self.norm = w("norm")
         self.layers = []
         for i in range(cfg.n_layers):
@@ -67,17 +75,39 @@ class Transformer:
             layer = {"attn_norm": w(p + "attn_norm")}
             bias = torch.cat([w(p + "q_bias"), w(p + "k_bias"), w(p + "v_bias")]) if cfg.qkv_bias else None
             # q, k, v fused: [(Hq + 2 Hkv) * D, H]
-            layer["qkv"] = Linear([lin(p + "q"), lin(p + "k"), lin(p + "v")], bias)
+            layer["qkv"] = Linear([lin(p + "q"), lin(p + "k"), lin(p + "v")], bias, kern)
             if cfg.qk_norm:
                 layer["q_norm"] = w(p + "q_norm")
                 layer["k_norm"] = w(p + "k_norm")
-            layer["o"] = Linear([lin(p + "o")])
+            layer["o"] = Linear([lin(p + "o")], cpu_kernels=kern)
             layer["mlp_norm"] = w(p + "mlp_norm")
             # gate and up fused: [2 I, H]
-            layer["gate_up"] = Linear([lin(p + "gate"), lin(p + "up")])
-            layer["down"] = Linear([lin(p + "down")])
+            layer["gate_up"] = Linear([lin(p + "gate"), lin(p + "up")], cpu_kernels=kern)
+            layer["down"] = Linear([lin(p + "down")], cpu_kernels=kern)
             self.layers.append(layer)
+        self.lm_head = Linear([self._fast_head(head) if self.cpu_fast else head], cpu_kernels=kern)
+        # bfloat16 activations turn any float32 difference into a visible one, so the CPU-fast
+        # model also needs attention whose rows do not depend on the window (attention.py)
+        self.row_invariant = self.cpu_fast
         self.cos, self.sin = rope_tables(cfg, self.device, dtype)   # [C, D] each, scaled
+
+    @property
+    def cpu_fast(self) -> bool:
+        """Whether any layer runs on the fast CPU kernels (engine.weights.cpu_fast)."""
+        return any("cpu_fast" in v.kernels for L in self.layers for v in L.values()
+                   if isinstance(v, Linear))
+
+    def _fast_head(self, head: torch.Tensor | PackedWeight) -> torch.Tensor | PackedWeight:
+        """The LM head of a CPU-fast model: its rows are read once per pass (113 MB as float32
+        for the bundled model's vocabulary, more than its 4-bit layers); a bfloat16 copy halves
+        that, at the precision the int4 layers already have. The embedding lookup keeps `embed`.
+        A 4-bit head goes to the int4 kernels; another packed type is dequantized to bfloat16
+        (the exact path would dequantize the whole vocabulary on every call)."""
+        if isinstance(head, PackedWeight):
+            if head.qtype in CPU_FAST_TYPES:
+                return head
+            return dequantize_packed(head).to(torch.bfloat16)
+        return head.to(torch.bfloat16) if head.dtype == torch.float32 else head
 
     def weights_summary(self) -> dict:
         """Bytes of every weight on the device, and the storage types of the weights in use."""
@@ -91,26 +121,13 @@ class Transformer:
 
         add(self.embed)
         add(self.norm)
-        for L in self.layers:
-            for v in L.values():
-                if isinstance(v, Linear):
-                    for part in v.parts:
-                        if isinstance(part, PackedWeight):
-                            packed_types.add(part.qtype)
-                            for plane in part.planes.values():
-                                add(plane)
-                        else:
-                            add(part)
-                    add(v.bias)
-                else:
-                    add(v)
-        for part in self.lm_head.parts:
-            if isinstance(part, PackedWeight):
-                packed_types.add(part.qtype)
-                for plane in part.planes.values():
-                    add(plane)
+        for v in [x for L in self.layers for x in L.values()] + [self.lm_head]:
+            if isinstance(v, Linear):
+                packed_types |= v.packed_types
+                for t in v.tensors():
+                    add(t)
             else:
-                add(part)
+                add(v)
         return {"bytes": sum(seen.values()), "packed_types": sorted(packed_types),
                 "file_types": sorted(file_types)}
 
@@ -144,6 +161,12 @@ class Transformer:
         x = F.embedding(tokens, self.embed)                       # [R, H]
         cos = self.cos[positions].unsqueeze(1)                    # [R, 1, D]
         sin = self.sin[positions].unsqueeze(1)
+        # row-invariant attention where rows' logits are compared across passes (verify); a
+        # prefill (last_only) only fills the cache, the same way for every decoder: fast SDPA
+        invariant = self.row_invariant and not last_only
+        if invariant:                # keys padded to a block; the padding is masked
+            S = padded_keys(S, cache.capacity)
+            mask = F.pad(mask, (0, S - mask.shape[1]))
         # Grouped-query attention without copying keys: the G query heads that share a kv head
         # become G*R rows of one attention "head" (head h uses kv head h // G), so the mask
         # repeats G times along the rows. One additive mask serves every layer.
@@ -164,7 +187,10 @@ class Transformer:
             kc, vc = cache.keys_values(i, S)                      # [1, Hkv, S, D]
             # [R, Hq, D] -> [1, Hkv, G*R, D]: row g*R + r of kv head j is query head j*G + g
             qg = qk[:, :Hq].transpose(0, 1).reshape(1, Hkv, G * R, D)
-            a = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=bias)  # [1, Hkv, G*R, D]
+            if invariant:
+                a = row_invariant_attention(qg[0], kc[0], vc[0], bias[0, 0])   # [Hkv, G*R, D]
+            else:
+                a = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=bias)  # [1, Hkv, G*R, D]
             a = a.reshape(Hq, R, D).transpose(0, 1).reshape(R, Hq * D)
             x = L["o"](a, residual=x)                             # x + a @ o^T
             h = self._rms(x, L["mlp_norm"])

@@ -26,8 +26,8 @@ def test_generate_json_is_our_greedy_output_with_a_consistent_report(cpu_runtime
     from engine.speculation.settings import DecodeSettings
 
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
-    r = specscope("generate", "--device", "cpu", "--draft", "tree", "--max-new-tokens", "12",
-                  "--prompt", prompt, "--json")
+    r = specscope("generate", "--device", "cpu", "--weights", "dequantized", "--draft", "tree",
+                  "--max-new-tokens", "12", "--prompt", prompt, "--json")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert set(REPORT_FIELDS) <= set(report)
@@ -84,8 +84,8 @@ def test_bad_prompt_file_and_overlong_prompt(tmp_path) -> None:
 def test_roofline_command_writes_a_valid_profile(tmp_path) -> None:
     from engine.cost.profile import CostProfile
     out = tmp_path / "profile.json"
-    r = specscope("roofline", "--device", "cpu", "--rows", "1,2,4", "--repeats", "2",
-                  "--context", "128", "--out", str(out))
+    r = specscope("roofline", "--device", "cpu", "--weights", "dequantized", "--rows", "1,2,4",
+                  "--repeats", "2", "--context", "128", "--out", str(out))
     assert r.returncode == 0, r.stderr
     prof = CostProfile.load(out)
     assert sorted(p[0] for p in prof.points) == [1, 2, 4]

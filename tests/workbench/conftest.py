@@ -32,7 +32,7 @@ def _profile_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def cpu_spec(cpu_runtime):
     from workbench.worker import RuntimeSpec, preload_runtime
-    spec = RuntimeSpec(None, "cpu", "float32")
+    spec = RuntimeSpec(None, "cpu", "float32", "dequantized")
     preload_runtime(spec, cpu_runtime)
     return spec
 
