@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from engine.model.runtime import PACKED_MARK
 from engine.cost.profile import CostProfile, profile_from_points, reference_profiles
 from engine.errors import ParameterError, SpecscopeError
 
@@ -129,9 +130,6 @@ def find_profile(device_name: str, model_id: str, dtype: str) -> CostProfile | N
     """The profile `specscope roofline` saved for this device, model and dtype, or None."""
     path = profile_path(device_name, model_id, dtype)
     return CostProfile.load(path) if path.is_file() else None
-
-
-PACKED_MARK = "[packed]"      # what engine.model.runtime appends to a packed model's id
 
 
 def resolve_profile(device_name: str, model_id: str, dtype: str) -> CostProfile | None:

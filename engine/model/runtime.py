@@ -121,6 +121,7 @@ class _GraphBucket:
 
 
 WEIGHT_MODES = ("auto", "packed", "dequantized")
+PACKED_MARK = "[packed]"    # appended to a packed runtime's model id: cost profiles are per form
 
 
 def cpu_fast_fits(loaded: "LoadedModel") -> bool:
@@ -174,7 +175,7 @@ class Runtime:
         fmt = loaded.file_type or "+".join(summary["file_types"])
         where = "in memory" if self.device.type == "cpu" else "on the card"
         if self.weights_mode == "packed":
-            self.model_id += " [packed]"
+            self.model_id += f" {PACKED_MARK}"
             self.weights_label = f"{fmt} packed, {_gb(self.weight_bytes)} {where}"
         else:
             self.weights_label = f"{fmt} as {self.dtype_name}, {_gb(self.weight_bytes)} {where}"
