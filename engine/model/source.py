@@ -34,6 +34,10 @@ def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.reshape(n_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape).contiguous()
 
 
+# float types whose file bytes already are the compute dtype's bits
+_STORED_AS = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+
+
 @dataclass(frozen=True)
 class TensorSource:
     name: str                            # the file's own name, for messages
@@ -59,10 +63,11 @@ class TensorSource:
         """The values in `dtype` on `device`, dequantized there (bit-identical to gguf's
         dequantization in float32, then rounded once to `dtype`)."""
         device = torch.device(device)
-        out = dequantize(self._raw(device), self.qtype).reshape(self.shape).to(dtype)
-        if out.device.type == "cpu" and self.qtype == "F32" and dtype == torch.float32:
-            out = out.clone()   # F32 comes back as a view of the mapped file: never keep that
-        return out.contiguous()
+        if _STORED_AS.get(self.qtype) == dtype:   # the file's bits already are the values
+            t = self._raw(device).view(dtype).reshape(self.shape)
+            # on the CPU that is a view of the mapped file: never keep one
+            return t.clone() if t.device.type == "cpu" else t.contiguous()
+        return dequantize(self._raw(device), self.qtype).reshape(self.shape).to(dtype).contiguous()
 
     def packed(self, device: torch.device | str = "cpu") -> PackedWeight:
         """A linear weight in its file quantization, repacked into engine.weights' planes."""
