@@ -1,46 +1,73 @@
-"""Row-invariant attention for the CPU: each row's output is bit-identical whatever the window.
+"""Attention whose result for a window row does not depend on the window: layout-invariant.
 
 Lossless speculation compares a verify window's rows with the tokens one-row decode steps would
-have produced. With the fast CPU kernels (bfloat16 activations, engine.weights.cpu_fast) a
-float32 difference of one ulp anywhere can flip a bfloat16 rounding downstream and move a logit
-by ~0.1-0.5, enough to change a greedy choice. The linear kernels are row-invariant; torch's CPU
-attention is not: its flash kernel and MKL's sgemm pick their blocking (hence their summation
-order) from the row count M, the key count N and even the batch count, so row r of an R-row pass
-differs from the 1-row pass that decodes the same token.
+have produced, so a row at depth d of any window (a chain, a tree branch, rows placed at any
+cache slots, any row count) must compute, bit for bit, what plain decoding computes at that
+position. Two things break that with an ordinary attention kernel:
 
-`row_invariant_attention` computes the same math out of pieces whose results, measured on this
-machine, depend only on the row's own inputs:
+- where a row's keys sit. A tree row on a side branch has its ancestors at scratch slots further
+  along than their positions, with sibling rows in between; a kernel that reduces over cache
+  slots (blocked, vectorized, split) groups the row's terms differently than plain decoding
+  would, and in bfloat16 that moves close calls (measured on the H200: logits off by up to 0.5).
+- the kernel's blocking picked from the shapes (row count, key count, batch).
 
-- the float32 matmuls run on oneDNN (torch.backends.mkldnn.matmul.fp32_precision = "bf16" routes
-  float32 bmm there; on the AVX-512 CPU this was measured on, without AMX, oneDNN still computes
-  in float32: error vs float64 2.6e-7, and 1 + 2^-12 survives; an AMX CPU may use bfloat16
-  there, unchecked). Its results do not depend on M, N or the batch count (checked for M 3..192,
-  N 8..2300), unlike MKL's;
-- scores are computed as K @ q^T (keys as the matmul's rows): q @ K^T would make oneDNN copy K;
-- the key count is padded to a multiple of `KEY_BLOCK` with masked (-inf) columns, so no call
-  sees fewer than 64 keys (oneDNN picks other kernels for N < 8);
-- p @ V runs in chunks of `PV_CHUNK` keys, summed in order: over 1024 keys oneDNN splits the
-  reduction differently, and a chunk past a row's last key is exactly zero, so the rows of a
-  longer window add exact zeros;
-- softmax over the last dimension ignores trailing -inf columns bit for bit.
+So every path here reduces over *logical positions*: row r sees positions 0 .. n + depth[r]
+(n = committed length), position p < n at cache slot p, and position n + j at the slot of the
+row's ancestor at depth j (`anc[r, j]`, a window row index). Keys are gathered by logical
+position into fixed blocks of `BLOCK` positions (block boundaries at multiples of BLOCK), each
+block's partial sums are computed by an op whose per-row result does not depend on the shapes
+around it, and the blocks are combined in position order. A plain decode step is a 1-row window
+through the same function, so it sums the same terms in the same order.
 
-A row's result therefore depends only on its query, the keys before it and its padded key
-count's bucket, for a chain window (a row's keys are the prefix and the rows before it). A tree
-row whose ancestors are not contiguous sums its keys in another order than a one-row pass would,
-so tree windows are not bitwise row-invariant (nor are they in float32 with SDPA). The tests
-(tests/engine/model/test_cpu_fast_model.py) check the whole model: a chain window's rows equal
-one-row passes bit for bit.
+Two implementations, the same contract:
+
+    `layout_attention`       torch, for the CPU (row-invariant with the fast CPU kernels; see
+                             below) and for the tests.
+    `engine.model.triton_attention.layout_attention_triton`   a Triton split-KV kernel for
+                             GPUs (CUDA and ROCm), imported lazily.
+
+CPU details (measured on this machine's AVX-512 CPU): float32 matmuls go to oneDNN
+(torch.backends.mkldnn.matmul.fp32_precision = "bf16" routes float32 bmm there; without AMX it
+still computes in float32: error vs float64 2.6e-7); its results do not depend on M, N or the
+batch count, unlike MKL's. Scores are computed as K @ q^T (keys as the matmul's rows). Lengths
+are multiples of BLOCK (64), so elementwise ops never hit a scalar tail loop. The block partials
+are added with cumsum (a sequential fold), so trailing all-masked blocks add exact zeros.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 import torch
 
-KEY_BLOCK = 64      # key counts are padded to a multiple of this
-PV_CHUNK = 1024     # keys per p @ V matmul (oneDNN splits longer reductions)
+BLOCK = 64          # logical positions per block (block boundaries at multiples of this)
+
+
+@dataclass(frozen=True)
+class WindowLayout:
+    """Where each row of a verify window sits: n committed tokens, row r at position
+    n + depth[r], its ancestors (itself included) by depth in anc[r, :depth[r] + 1].
+
+    n: int (CPU) or a 0-d long tensor (inside a GPU graph); depth: [R] long; anc: [R, A] long,
+    A > max depth, on the device of the cache."""
+
+    n: int | torch.Tensor
+    depth: torch.Tensor
+    anc: torch.Tensor
+
+
+def ancestor_table(depths: Sequence[int], ancestors: torch.Tensor, width: int | None = None
+                   ) -> torch.Tensor:
+    """[R, width] long (width defaults to R): row r's ancestor at depth j is row anc[r, j] (the
+    root is row 0 at depth 0). `ancestors` [R, R] bool: itself and its ancestors, one per depth
+    (what TokenTree.ancestor_mask and runtime.chain give). Unused entries are 0."""
+    R = len(depths)
+    anc = torch.zeros(R, width or R, dtype=torch.long)
+    rows, cols = ancestors.nonzero(as_tuple=True)
+    anc[rows, torch.as_tensor(depths, dtype=torch.long)[cols]] = cols
+    return anc
 
 
 @contextmanager
@@ -55,25 +82,47 @@ def onednn_fp32_matmul() -> Iterator[None]:
         mm.fp32_precision = prev
 
 
-def padded_keys(span: int, capacity: int) -> int:
-    """The key count a pass over `span` cache slots attends over (<= capacity)."""
-    return min(capacity, -(-span // KEY_BLOCK) * KEY_BLOCK)
+def layout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: WindowLayout
+                     ) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v over each row's logical keys (module doc), float32.
 
-
-def row_invariant_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            bias: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) + bias) v per kv head, row-invariant (see the module doc).
-
-    q: [Hkv, M, D]; k, v: [Hkv, S, D] (S a multiple of KEY_BLOCK, or the cache capacity);
-    bias: [M, S] additive (0 or -inf). Returns [Hkv, M, D] float32.
+    q: [R, Hq, D]; k, v: [Hkv, C, D], one layer of the cache, the window's rows already written.
+    Returns [R, Hq, D] float32.
     """
-    S = k.shape[1]
-    qs = q * (q.shape[-1] ** -0.5)
+    R, Hq, D = q.shape
+    Hkv = k.shape[0]
+    G = Hq // Hkv
+    n = int(layout.n)
+    depth = layout.depth.to("cpu")
+    dmax = int(depth.max())
+    P = (n // BLOCK) * BLOCK                      # shared blocks: every row sees [0, P) whole
+    T = -(-(n + dmax + 1 - P) // BLOCK) * BLOCK   # the rest, gathered per row
+    nb_p, nb_t = P // BLOCK, T // BLOCK
+    pos = torch.arange(P, P + T)                                   # [T] logical positions
+    rel = pos - n
+    anc = layout.anc.to("cpu")[:, rel.clamp(0, layout.anc.shape[1] - 1)]          # [R, T]
+    valid = pos.unsqueeze(0) <= (n + depth).unsqueeze(1)                          # [R, T]
+    slot = torch.where(rel < 0, pos.expand(R, T), n + anc).masked_fill(~valid, 0).to(k.device)
+    valid = valid.to(k.device)
+    qs = (q.float() * D ** -0.5).view(R, Hkv, G, D).transpose(0, 1)               # [Hkv, R, G, D]
+    k, v = k.float(), v.float()
     with onednn_fp32_matmul():
-        scores = torch.bmm(k, qs.transpose(1, 2)).transpose(1, 2)    # [Hkv, M, S]
-        p = torch.softmax(scores + bias, dim=-1)
-        out = None
-        for c in range(0, S, PV_CHUNK):
-            part = torch.bmm(p[:, :, c:c + PV_CHUNK], v[:, c:c + PV_CHUNK])
-            out = part if out is None else out + part
-    return out
+        # scores: shared prefix [Hkv, R*G, P], gathered tail [Hkv, R, G, T]
+        sp = torch.bmm(k[:, :P], qs.reshape(Hkv, R * G, D).transpose(1, 2)).transpose(1, 2)
+        kt = k[:, slot]                                                           # [Hkv, R, T, D]
+        st = torch.bmm(kt.reshape(Hkv * R, T, D), qs.reshape(Hkv * R, G, D).transpose(1, 2))
+        st = st.view(Hkv, R, T, G).transpose(2, 3)
+        st = st.masked_fill(~valid.view(1, R, 1, T), float("-inf"))
+        s = torch.cat([sp.reshape(Hkv, R, G, P), st], dim=-1)                     # [Hkv, R, G, P+T]
+        m = s.amax(dim=-1, keepdim=True)          # exact, whatever the layout
+        p = torch.exp(s - m).view(Hkv, R, G, nb_p + nb_t, BLOCK)
+        # block partials of p @ V: the shared blocks for all rows at once, the tail per row
+        op = torch.bmm(p[..., :nb_p, :].permute(0, 3, 1, 2, 4).reshape(Hkv * nb_p, R * G, BLOCK),
+                       v[:, :P].reshape(Hkv * nb_p, BLOCK, D))
+        op = op.view(Hkv, nb_p, R, G, D).permute(0, 2, 1, 3, 4)                   # [Hkv, R, nb_p, G, D]
+        vt = v[:, slot].view(Hkv * R * nb_t, BLOCK, D)
+        ot = torch.bmm(p[..., nb_p:, :].transpose(2, 3).reshape(Hkv * R * nb_t, G, BLOCK), vt)
+        o = torch.cat([op, ot.view(Hkv, R, nb_t, G, D)], dim=2)                   # [Hkv, R, NB, G, D]
+        o = o.cumsum(dim=2)[:, :, -1]                                             # [Hkv, R, G, D]
+        l = p.sum(dim=-1).cumsum(dim=-1)[..., -1:]                                # [Hkv, R, G, 1]
+    return (o / l).transpose(0, 1).reshape(R, Hq, D)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.weights import (CPU_FAST_TYPES, CpuFastWeight, PackedWeight, cpu_fast_linear,
-                            packed_linear, prepare_cpu)
+                            invariant_dense, packed_linear, prepare_cpu)
 
 Weight = torch.Tensor | PackedWeight | CpuFastWeight
 CPU_KERNELS = ("fast", "exact")
@@ -76,14 +76,16 @@ def part_tensors(w: Weight) -> list[torch.Tensor]:
     return [w]
 
 
-def _apply(x: torch.Tensor, w: Weight) -> torch.Tensor:
+def _apply(x: torch.Tensor, w: Weight, invariant: bool = False) -> torch.Tensor:
     if isinstance(w, CpuFastWeight):
         return cpu_fast_linear(x, w)
     if isinstance(w, PackedWeight):
-        return packed_linear(x, w)
-    if w.dtype != x.dtype:
-        return F.linear(x.to(w.dtype), w).to(x.dtype)
-    return F.linear(x, w)
+        return packed_linear(x, w)                 # row-invariant on every device
+    xw = x if w.dtype == x.dtype else x.to(w.dtype)
+    y = invariant_dense(xw, w) if invariant else None
+    if y is None:
+        y = F.linear(xw, w)
+    return y.to(x.dtype)
 
 
 class Linear:
@@ -129,14 +131,17 @@ class Linear:
             return self.parts[0]
         return None
 
-    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None,
+                 invariant: bool = False) -> torch.Tensor:
+        """`invariant`: each row's result must not depend on the row count (a verify pass): dense
+        parts then go to the row-invariant GPU kernel where there is one (engine.weights)."""
         w = self.dense_weight
-        if w is not None and w.dtype == x.dtype:
+        if w is not None and w.dtype == x.dtype and not (invariant and x.is_cuda):
             if residual is not None and self.bias is None:
                 return torch.addmm(residual, x, w.t())            # residual + x @ w^T, one kernel
             y = F.linear(x, w, self.bias)
         else:
-            ys = [_apply(x, p) for p in self.parts]
+            ys = [_apply(x, p, invariant) for p in self.parts]
             y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
             if self.bias is not None:
                 y = y + self.bias

@@ -5,6 +5,12 @@ window. On a GPU (CUDA or ROCm) each verify pass replays a captured graph: eager
 ~13 ms a pass on kernel launches for the bundled model on an H200, a graph 1.4-2.5 ms. Graphs are
 captured once per row-count bucket at a fixed cache capacity; a window pads its rows up to the
 bucket (padded rows write scratch slots past the window and are ignored).
+
+Exactness: a verify pass runs layout-invariant attention and row-invariant linear kernels where
+the device has them (Triton on a GPU, the fast kernels on the CPU: Transformer.verify_attention),
+so each row's logits equal, bit for bit, those of the one-row pass that plain decoding runs for
+the same token, in bfloat16 too: greedy speculation reproduces plain greedy decoding exactly.
+`exact_rows` says whether this runtime has that guarantee.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
+from engine.model.attention import WindowLayout, ancestor_table
 from engine.model.cache import KVCache
 from engine.model.device import (device_name, dtype_name, one_torch_thread, pick_device, pick_dtype,
                                  synchronize)
@@ -29,6 +36,10 @@ if TYPE_CHECKING:                   # the runtime is handed a loaded model; it n
     from engine.io.load import LoadedModel
 
 GRAPH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# top-2 logit margins below which a row of a runtime without exact rows is a near tie: the
+# largest row-vs-alone logit differences measured on the H200 with SDPA and cuBLAS (float32:
+# 2e-5..8e-5; bfloat16: up to 0.53; float16 taken at bfloat16's / 8, its mantissa's 3 more bits)
+TIE_MARGINS = {"float32": 1e-4, "bfloat16": 0.6, "float16": 0.08}
 PREFILL_CHUNK = 512
 TOPK = 5
 
@@ -57,8 +68,9 @@ class _GraphBucket:
     """One captured verify pass of `rows` rows at the runtime's cache capacity.
 
     Host -> device traffic per pass is one packed long tensor: tokens [B], depths [B], the
-    committed length n [1] and the window's ancestor matrix [B*B]. Positions, cache slots and
-    the [B, C] attention mask are derived inside the graph, so a plain decode step copies 4 longs.
+    committed length n [1] and the window's ancestor table [B*B] (row r's ancestor at depth j,
+    engine.model.attention.ancestor_table). Positions, cache slots and, where the model attends
+    with a mask, the [B, C] mask are derived inside the graph.
     """
 
     def __init__(self, rt: "Runtime", rows: int):
@@ -77,12 +89,18 @@ class _GraphBucket:
             tokens = self.packed[:B]
             depth = self.packed[B:2 * B]
             n = self.packed[2 * B]
-            anc = self.packed[2 * B + 1:].view(B, B).bool()
-            rel = cols - n                                          # [C]
-            in_window = (rel >= 0) & (rel < B)
-            win = anc[:, rel.clamp(0, B - 1)] & in_window            # [B, C]
-            mask = (cols < n).unsqueeze(0) | win                     # [B, C]
-            logits = rt.forward_fn(tokens, n + depth, mask, rt.cache, n + ar)
+            table = self.packed[2 * B + 1:].view(B, B)
+            mask = None
+            if rt.model.needs_mask:
+                # unused table entries are 0, the root, an ancestor of every row: scattering
+                # the whole table gives exactly the ancestor matrix
+                anc = torch.zeros(B, B, dtype=torch.bool, device=dev).scatter_(1, table, True)
+                rel = cols - n                                          # [C]
+                in_window = (rel >= 0) & (rel < B)
+                win = anc[:, rel.clamp(0, B - 1)] & in_window            # [B, C]
+                mask = (cols < n).unsqueeze(0) | win                     # [B, C]
+            logits = rt.forward_fn(tokens, n + depth, mask, rt.cache, n + ar,
+                                   layout=WindowLayout(n, depth, table))
             top = logits.topk(TOPK, dim=-1)
             return logits, top.values.float(), top.indices
 
@@ -108,11 +126,12 @@ class _GraphBucket:
         h.zero_()
         h[:R] = torch.tensor(tokens)
         h[B:B + R] = torch.tensor(depths)
-        h[B + R:2 * B] = torch.arange(1, B - R + 1)     # padded rows: positions past the window
+        pad = torch.arange(1, B - R + 1)
+        h[B + R:2 * B] = pad                             # padded rows: positions past the window
         h[2 * B] = n
         a = h[2 * B + 1:].view(B, B)
-        a[:R, :R] = ancestors
-        a[R:, R:] = torch.eye(B - R, dtype=torch.long)  # padded rows see only themselves
+        a[:R, :R] = ancestor_table(depths, ancestors)
+        a[torch.arange(R, B), pad] = torch.arange(R, B)  # padded rows see the root and themselves
         self.packed.copy_(h, non_blocking=True)
         if self.graph is not None:
             self.graph.replay()
@@ -179,6 +198,11 @@ class Runtime:
             self.weights_label = f"{fmt} packed, {_gb(self.weight_bytes)} {where}"
         else:
             self.weights_label = f"{fmt} as {self.dtype_name}, {_gb(self.weight_bytes)} {where}"
+        # whether every verify row equals the one-row pass bit for bit (module doc); where it
+        # does not, a greedy row whose top-2 margin is within the dtype's rounding noise may
+        # pick another token than plain decoding would: such rows are flagged as near ties
+        self.exact_rows = self.model.verify_attention is not None
+        self.tie_margin = 0.0 if self.exact_rows else TIE_MARGINS.get(self.dtype_name, 1e-4)
         self.use_graphs = (self.device.type == "cuda") if graphs is None else graphs
         # torch.compile inside the graphs fuses the ~25 small kernels of each layer (GPU only;
         # SPECSCOPE_COMPILE=1 opts in: the first compile costs tens of seconds, later runs hit
@@ -271,11 +295,15 @@ class Runtime:
         if n + R > cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         t = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        pos = torch.tensor(depths, dtype=torch.long, device=self.device) + n
-        mask = torch.ones(R, n + R, dtype=torch.bool)
-        mask[:, n:] = ancestors
+        depth = torch.tensor(depths, dtype=torch.long, device=self.device)
+        mask = None
+        if self.model.needs_mask:
+            mask = torch.ones(R, n + R, dtype=torch.bool)
+            mask[:, n:] = ancestors
+            mask = mask.to(self.device)
+        layout = WindowLayout(n, depth, ancestor_table(depths, ancestors).to(self.device))
         slots = torch.arange(n, n + R, device=self.device)
-        logits = self.model.forward(t, pos, mask.to(self.device), cache, slots)
+        logits = self.model.forward(t, depth + n, mask, cache, slots, layout=layout)
         top = logits.topk(TOPK, dim=-1)
         return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
 

@@ -13,13 +13,24 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from engine.model.attention import padded_keys, row_invariant_attention
+from engine.model.attention import WindowLayout, layout_attention
 from engine.model.cache import KVCache
 from engine.model.linear import CPU_KERNELS, Linear, cpu_fast_available
 from engine.model.source import TensorSource
 from engine.weights import CPU_FAST_TYPES, PackedWeight, dequantize_packed
 from engine.model.config import ModelConfig
 from engine.model.rope import rope_tables
+
+
+def _verify_attention(device: torch.device, cpu_fast: bool) -> Callable | None:
+    """The layout-invariant attention for verify passes on this device, or None (SDPA)."""
+    if device.type == "cuda":
+        try:
+            from engine.model.triton_attention import layout_attention_triton
+        except ImportError:          # no Triton: SDPA, exact to ~1e-6 but not bit for bit
+            return None
+        return layout_attention_triton
+    return layout_attention if cpu_fast else None
 
 
 class Transformer:
@@ -86,9 +97,13 @@ class Transformer:
             layer["down"] = Linear([lin(p + "down")], cpu_kernels=kern)
             self.layers.append(layer)
         self.lm_head = Linear([self._fast_head(head) if self.cpu_fast else head], cpu_kernels=kern)
-        # bfloat16 activations turn any float32 difference into a visible one, so the CPU-fast
-        # model also needs attention whose rows do not depend on the window (attention.py)
-        self.row_invariant = self.cpu_fast
+        # Verify passes attend through layout-invariant attention (engine.model.attention) where
+        # the rest of the model is row-invariant too, so a window row equals the one-row decode
+        # step bit for bit: on a GPU with Triton (every linear kernel there is row-invariant),
+        # and on the CPU with the fast kernels (bfloat16 activations make any float32
+        # difference visible). Elsewhere (the float32 BLAS path, a GPU without Triton) SDPA
+        # with a mask: exact to ~1e-6, which float32 rarely turns into another token.
+        self.verify_attention = _verify_attention(self.device, self.cpu_fast)
         self.cos, self.sin = rope_tables(cfg, self.device, dtype)   # [C, D] each, scaled
 
     @property
@@ -131,6 +146,11 @@ class Transformer:
         return {"bytes": sum(seen.values()), "packed_types": sorted(packed_types),
                 "file_types": sorted(file_types)}
 
+    @property
+    def needs_mask(self) -> bool:
+        """Whether a verify pass needs the [R, S] mask (no layout-invariant attention here)."""
+        return self.verify_attention is None
+
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache(self.cfg, min(capacity, self.cfg.max_context), self.device, self.dtype)
 
@@ -145,37 +165,42 @@ class Transformer:
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rot * sin
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                cache: KVCache, slots: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                cache: KVCache, slots: torch.Tensor, last_only: bool = False,
+                layout: WindowLayout | None = None) -> torch.Tensor:
         """tokens, positions, slots: [R] long; mask: [R, S] bool (True = attend) over cache slots
         [0, S). Returns logits [R, V] (or [1, V] for the last row when last_only).
+
+        A verify pass also gives its `layout` (the committed length, each row's depth and its
+        ancestors): with it, attention runs on `verify_attention` when the model has one, and
+        `mask` may be None (see `needs_mask`).
 
         On a GPU every kernel launch costs microseconds whatever its size, and a decode pass of a
         small model is almost all launches, so the layer is written to launch few: fused RMSNorm,
         one RoPE over q and k together, residual adds folded into addmm, no key copies for GQA.
         """
         cfg = self.cfg
-        R, S = mask.shape
+        R = tokens.shape[0]
         Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         G = Hq // Hkv
         x = F.embedding(tokens, self.embed)                       # [R, H]
         cos = self.cos[positions].unsqueeze(1)                    # [R, 1, D]
         sin = self.sin[positions].unsqueeze(1)
-        # row-invariant attention where rows' logits are compared across passes (verify); a
+        # layout-invariant attention where rows' logits are compared across passes (verify); a
         # prefill (last_only) only fills the cache, the same way for every decoder: fast SDPA
-        invariant = self.row_invariant and not last_only
-        if invariant:                # keys padded to a block; the padding is masked
-            S = padded_keys(S, cache.capacity)
-            mask = F.pad(mask, (0, S - mask.shape[1]))
-        # Grouped-query attention without copying keys: the G query heads that share a kv head
-        # become G*R rows of one attention "head" (head h uses kv head h // G), so the mask
-        # repeats G times along the rows. One additive mask serves every layer.
-        bias = torch.zeros(G * R, S, dtype=x.dtype, device=x.device)
-        bias.masked_fill_(~mask.repeat(G, 1), float("-inf"))
-        bias = bias.view(1, 1, G * R, S)
+        attend = self.verify_attention if layout is not None and not last_only else None
+        inv = attend is not None     # the linear layers too: row-invariant kernels (linear.py)
+        if attend is None:
+            # Grouped-query attention without copying keys: the G query heads that share a kv
+            # head become G*R rows of one attention "head" (head h uses kv head h // G), so the
+            # mask repeats G times along the rows. One additive mask serves every layer.
+            S = mask.shape[1]
+            bias = torch.zeros(G * R, S, dtype=x.dtype, device=x.device)
+            bias.masked_fill_(~mask.repeat(G, 1), float("-inf"))
+            bias = bias.view(1, 1, G * R, S)
         for i, L in enumerate(self.layers):
             h = self._rms(x, L["attn_norm"])
-            qkv = L["qkv"](h)                                     # [R, (Hq+2Hkv)D]
+            qkv = L["qkv"](h, invariant=inv)                               # [R, (Hq+2Hkv)D]
             qk = qkv[:, :(Hq + Hkv) * D].view(R, Hq + Hkv, D)
             v = qkv[:, (Hq + Hkv) * D:].view(R, Hkv, D)
             if cfg.qk_norm:
@@ -184,18 +209,19 @@ class Transformer:
             qk = self._rotate(qk, cos, sin)                       # [R, Hq+Hkv, D]
             k = qk[:, Hq:].transpose(0, 1)                        # [Hkv, R, D]
             cache.write(i, k, v.transpose(0, 1), slots)
-            kc, vc = cache.keys_values(i, S)                      # [1, Hkv, S, D]
-            # [R, Hq, D] -> [1, Hkv, G*R, D]: row g*R + r of kv head j is query head j*G + g
-            qg = qk[:, :Hq].transpose(0, 1).reshape(1, Hkv, G * R, D)
-            if invariant:
-                a = row_invariant_attention(qg[0], kc[0], vc[0], bias[0, 0])   # [Hkv, G*R, D]
+            if attend is not None:
+                kc, vc = cache.kv[i, 0], cache.kv[i, 1]           # [Hkv, C, D]
+                a = attend(qk[:, :Hq], kc, vc, layout).to(x.dtype).reshape(R, Hq * D)
             else:
+                kc, vc = cache.keys_values(i, S)                  # [1, Hkv, S, D]
+                # [R, Hq, D] -> [1, Hkv, G*R, D]: row g*R + r of kv head j is query head j*G + g
+                qg = qk[:, :Hq].transpose(0, 1).reshape(1, Hkv, G * R, D)
                 a = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=bias)  # [1, Hkv, G*R, D]
-            a = a.reshape(Hq, R, D).transpose(0, 1).reshape(R, Hq * D)
-            x = L["o"](a, residual=x)                             # x + a @ o^T
+                a = a.reshape(Hq, R, D).transpose(0, 1).reshape(R, Hq * D)
+            x = L["o"](a, residual=x, invariant=inv)                       # x + a @ o^T
             h = self._rms(x, L["mlp_norm"])
-            gate, up = L["gate_up"](h).chunk(2, dim=-1)
-            x = L["down"](F.silu(gate) * up, residual=x)
+            gate, up = L["gate_up"](h, invariant=inv).chunk(2, dim=-1)
+            x = L["down"](F.silu(gate) * up, residual=x, invariant=inv)
         if last_only:
             x = x[-1:]
-        return self.lm_head(self._rms(x, self.norm)).float()
+        return self.lm_head(self._rms(x, self.norm), invariant=inv).float()

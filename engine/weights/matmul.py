@@ -17,34 +17,74 @@ weight. Each block is a fresh, 64-byte-aligned buffer (alignment can steer BLAS 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .packed import PACKED_TYPES, PackedWeight, dequantize_packed
 
 __all__ = ["PACKED_TYPES", "packed_linear", "packed_linear_torch", "dequantized_size",
-           "ROW_BLOCK", "TILE_VALUES"]
+           "ROW_BLOCK", "TILE_VALUES", "invariant_dense"]
 
 ROW_BLOCK = 8          # rows per BLAS call (fixed, see module doc)
 TILE_VALUES = 1 << 20  # weights dequantized per tile (4 MiB of float32)
 
 _ACCEPTED = (torch.float32, torch.bfloat16, torch.float16)
 
-_triton_mod = None       # None: not tried yet; False: unavailable; else the module
+_triton_mods: dict[str, object] = {}    # module name -> the module, or False: unavailable
+
+
+def _lazy(name: str):
+    """engine.weights.<name> (a Triton module), or None when it or triton is not installed."""
+    if name not in _triton_mods:
+        try:
+            import importlib
+            mod = importlib.import_module(f"{__package__}.{name}")
+        except ImportError as e:
+            missing = e.name or ""
+            if missing == "triton" or missing.startswith("triton.") or missing.endswith(name):
+                mod = False
+            else:
+                raise
+        _triton_mods[name] = mod
+    return _triton_mods[name] or None
 
 
 def _triton_kernels():
     """engine.weights.triton_kernels, or None when it (or triton) is not installed."""
-    global _triton_mod
-    if _triton_mod is None:
-        try:
-            from . import triton_kernels as mod
-        except ImportError as e:
-            missing = e.name or ""
-            if missing == "triton" or missing.startswith("triton.") or missing.endswith("triton_kernels"):
-                mod = False
-            else:
-                raise
-        _triton_mod = mod
-    return _triton_mod or None
+    return _lazy("triton_kernels")
+
+
+_BLAS_INVARIANT: dict[tuple, bool] = {}
+
+
+def blas_row_invariant(w: torch.Tensor) -> bool | None:
+    """Whether the vendor BLAS (cuBLAS / hipBLASLt, through F.linear) gives row r of an M-row
+    product bit-identical to that row alone, for this weight's shape and dtype on this device:
+    checked once per shape on random rows (M = 2..64 against 64 one-row calls). On the H200 it
+    held for every bfloat16 shape tried and failed for every float32 one (bench/gpu_exact.py).
+    None while a graph is being captured and the shape is not known yet (no check possible)."""
+    key = (tuple(w.shape), w.dtype, str(w.device))
+    if key not in _BLAS_INVARIANT:
+        if w.is_cuda and torch.cuda.is_current_stream_capturing():
+            return None
+        g = torch.Generator(device=w.device).manual_seed(0)
+        x = torch.randn(64, w.shape[1], generator=g, device=w.device).to(w.dtype)
+        alone = torch.cat([F.linear(x[i:i + 1], w) for i in range(64)])
+        _BLAS_INVARIANT[key] = all(torch.equal(F.linear(x[:m], w), alone[:m])
+                                   for m in (2, 3, 4, 8, 16, 17, 32, 64))
+    return _BLAS_INVARIANT[key]
+
+
+def invariant_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
+    """x @ w.T with each row's result independent of the row count, on a GPU: the vendor BLAS
+    where it is row-invariant for this shape (checked, `blas_row_invariant`), else the Triton
+    kernel (engine.weights.triton_dense). None on a CPU or without Triton: the caller then uses
+    F.linear."""
+    mod = _lazy("triton_dense") if x.is_cuda else None
+    if mod is None:
+        return None
+    if blas_row_invariant(w):
+        return F.linear(x, w)
+    return mod.dense_matmul(x.reshape(-1, w.shape[1]), w).reshape(*x.shape[:-1], w.shape[0])
 
 
 def dequantized_size(w: PackedWeight, dtype: torch.dtype = torch.float32) -> int:

@@ -114,7 +114,7 @@ def _xload(xp, rows, kx, M, K, EVEN_K: tl.constexpr):
 @triton.jit
 def _dot1(xt, w, acc, IEEE: tl.constexpr):
     if IEEE:
-        return tl.dot(w, xt, acc, input_precision="ieee")
+        return tl.dot(w, xt, acc, input_precision="tf32x3")
     else:
         return tl.dot(w, xt, acc)
 

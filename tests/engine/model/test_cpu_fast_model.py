@@ -16,7 +16,7 @@ import torch
 
 from engine.io.load import load_model
 from engine.io.prompts import encode_prompt
-from engine.model.attention import padded_keys, row_invariant_attention
+from engine.model.attention import WindowLayout, ancestor_table, layout_attention
 from engine.model.linear import cpu_fast_available
 from engine.model.runtime import Runtime, chain, cpu_fast_fits
 from engine.speculation.decoder import Decoder
@@ -38,7 +38,7 @@ def fast_runtime(loaded_model):
 
 def test_fast_runtime_layout(fast_runtime, loaded_model):
     m = fast_runtime.model
-    assert m.cpu_fast and m.row_invariant
+    assert m.cpu_fast and m.verify_attention is layout_attention
     for L in m.layers:
         for k in ("qkv", "o", "gate_up", "down"):
             assert L[k].kernels == {"cpu_fast"}, k
@@ -47,7 +47,7 @@ def test_fast_runtime_layout(fast_runtime, loaded_model):
     assert m.embed.dtype == torch.float32                      # the lookup stays exact
     assert fast_runtime.weights_label.startswith("Q4_1 packed")
     exact = Runtime(loaded_model, "cpu", "float32", weights="packed", cpu_kernels="exact")
-    assert not exact.model.cpu_fast and not exact.model.row_invariant
+    assert not exact.model.cpu_fast and exact.model.verify_attention is None
     assert isinstance(exact.model.layers[0]["qkv"].parts[0], PackedWeight)
     assert exact.model.lm_head.parts[0].dtype == torch.float32
 
@@ -122,28 +122,66 @@ def test_lookup_reproduces_ar_on_the_fast_path(fast_runtime, code_edit_prompts):
         assert got["tokens"] == want["tokens"], p["id"]
 
 
+def _tree(parents: list[int]) -> tuple[list[int], torch.Tensor]:
+    """(depths, ancestors [R, R]) of a tree given each row's parent (-1: the root)."""
+    depths, anc = [0] * len(parents), torch.zeros(len(parents), len(parents), dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            depths[i], anc[i] = depths[p] + 1, anc[p]
+        anc[i, i] = True
+    return depths, anc
+
+
+def test_tree_rows_on_side_branches_equal_one_row_passes_bitwise(fast_runtime, code_edit_prompts):
+    """The real chain placed after decoy branches (its rows sit at later cache slots than their
+    positions, siblings in between): every row's logits equal plain decoding's, bit for bit."""
+    rt = fast_runtime
+    ids = encode_prompt(rt.tokenizer, code_edit_prompts[0]["messages"])
+    prompt, toks = ids[:-12], ids[-12:]
+    ref = _ar_logits(rt, prompt, toks)
+    for n_decoy, at in ((1, 0), (5, 3), (14, 0)):
+        tokens, parents = list(toks), [-1] + list(range(11))        # the real chain first
+        p = at
+        for j in range(n_decoy):                                       # a decoy branch off row `at`
+            tokens.append((toks[j % 12] * 7 + 13) % 49152)
+            parents.append(p)
+            p = len(parents) - 1
+        base = len(tokens)                                             # the real chain again
+        tokens += toks[1:]
+        parents += [0] + list(range(base, base + 10))
+        rt.start(len(ids) + 80)
+        rt.prefill(prompt)
+        got = rt.verify(tokens, *_tree(parents)).logits
+        assert torch.equal(got[:12], ref), (n_decoy, at, "first branch")
+        late = [0] + list(range(base, base + 11))
+        assert torch.equal(got[late], ref), (n_decoy, at, (got[late] - ref).abs().max().item())
+
+
 @pytest.mark.parametrize("hkv,g,d", [(3, 3, 64), (8, 4, 128)])
-def test_row_invariant_attention_random(hkv, g, d):
-    """Rows of an R-row causal window vs the same rows alone, keys crossing the 64-key padding
-    block and the 1024-key p @ V chunk."""
+def test_layout_attention_random(hkv, g, d):
+    """Tree rows vs the same rows decoded alone (keys moved down to where plain decoding has
+    them), committed lengths on both sides of the 64-position block boundaries; and the values
+    against SDPA with the ancestor mask."""
     gen = torch.Generator().manual_seed(0)
     cap = 2048
-    kc = torch.randn(hkv, cap, d, generator=gen) * 2
-    vc = torch.randn(hkv, cap, d, generator=gen)
-
-    def attend(q, rows, n):
-        R = len(rows)
-        S = padded_keys(n + (rows[0] + 1 if R == 1 else R), cap)
-        mask = torch.zeros(R, S, dtype=torch.bool)
-        for i, r in enumerate(rows):
-            mask[i, :n + r + 1] = True
-        bias = torch.zeros(g * R, S).masked_fill_(~mask.repeat(g, 1), float("-inf"))
-        qg = q[rows].transpose(0, 1).reshape(hkv, g * R, d)
-        out = row_invariant_attention(qg, kc[:, :S], vc[:, :S], bias)     # [hkv, g*R, d]
-        return out.reshape(hkv * g, R, d).transpose(0, 1)
-
-    for n in (0, 3, 60, 500, 1000, 1023, 1990):
-        q = torch.randn(40, hkv * g, d, generator=gen)
-        alone = torch.cat([attend(q, [r], n) for r in range(40)])
-        for R in (2, 7, 25, 40):
-            assert torch.equal(attend(q, list(range(R)), n), alone[:R]), (n, R)
+    k = torch.randn(hkv, cap, d, generator=gen) * 2
+    v = torch.randn(hkv, cap, d, generator=gen)
+    parents = [-1, 0, 1, 2, 0, 4, 5, 6, 7, 1, 9, 10] + list(range(11, 40))
+    depths, anc = _tree(parents)
+    R = len(parents)
+    path = [r for r in range(R) if anc[R - 1, r]]                     # the deepest row's branch
+    for n in (0, 3, 60, 63, 64, 500, 1000, 1990):
+        q = torch.randn(R, hkv * g, d, generator=gen)
+        got = layout_attention(q, k, v, WindowLayout(n, torch.tensor(depths), ancestor_table(depths, anc)))
+        k2, v2 = k.clone(), v.clone()
+        for j, r in enumerate(path):
+            k2[:, n + j], v2[:, n + j] = k[:, n + r], v[:, n + r]
+        for j, r in enumerate(path):
+            one = WindowLayout(n + j, torch.tensor([0]), torch.zeros(1, 1, dtype=torch.long))
+            assert torch.equal(layout_attention(q[r:r + 1], k2, v2, one)[0], got[r]), (n, r)
+        mask = torch.zeros(R, n + R, dtype=torch.bool)
+        mask[:, :n], mask[:, n:] = True, anc
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1), k[:, :n + R].repeat_interleave(g, 0),
+            v[:, :n + R].repeat_interleave(g, 0), attn_mask=mask).transpose(0, 1)
+        assert (got - ref).abs().max() < 1e-5, n

@@ -284,10 +284,13 @@ def test_leading_dims_and_checks():
 
 def test_triton_missing_falls_back(monkeypatch):
     import sys
-    monkeypatch.setattr(mm, "_triton_mod", None)
+    monkeypatch.setattr(mm, "_triton_mods", {})
     monkeypatch.setitem(sys.modules, "engine.weights.triton_kernels", None)  # import -> ImportError
+    monkeypatch.setitem(sys.modules, "engine.weights.triton_dense", None)
     assert mm._triton_kernels() is None
-    assert mm._triton_mod is False
+    assert mm._triton_mods["triton_kernels"] is False
+    x = torch.randn(3, 8, device="cpu")
+    assert mm.invariant_dense(x, torch.randn(5, 8)) is None       # CPU: the caller's F.linear
 
 
 def test_dequantized_size():

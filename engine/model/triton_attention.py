@@ -1,0 +1,143 @@
+"""Layout-invariant attention on a GPU (CUDA or ROCm): a Triton split-KV kernel.
+
+The contract is engine.model.attention's (read its module doc): row r of a verify window attends
+to logical positions 0 .. n + depth[r]; position p < n is cache slot p, position n + j the slot of
+the row's ancestor at depth j. The result for a row depends only on its query and those keys,
+never on the other rows, the slots the keys sit in or the row count, so a tree row equals the
+one-row decode step of the same token bit for bit.
+
+Kernel 1, `_split_kernel`, grid (rows, kv heads, splits): one program takes one window row, the
+G query heads that share a kv head (padded to GP >= 16 rows for tl.dot), and one split of
+SPLIT_BLOCKS x BLOCK logical positions starting at a multiple of that length. It gathers the
+keys of each block by logical position, runs the online softmax over its blocks in order, and
+writes its partial (max, sum, accumulator) in float32. Splits and blocks past the row's last
+position do nothing, so a pass reads only the keys each row attends to (not the whole cache).
+
+Kernel 2, `_combine_kernel`, grid (rows, kv heads): adds the row's splits in order 0, 1, ...
+(the split count is a function of the row's own length only).
+
+Every dot has the same shape whatever the window ([GP, D] x [D, BLOCK] and [GP, BLOCK] x
+[BLOCK, D]); the row count only sets the grid. float32 dots are "tf32x3" (three TF32
+products: float32 accuracy on tensor cores).
+The committed length is read from device memory, so the kernels run inside CUDA/HIP graphs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from engine.model.attention import BLOCK, WindowLayout
+
+SPLIT_BLOCKS = 4                 # blocks per split: a split covers 256 logical positions
+
+
+@triton.jit
+def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, acc_ptr,
+                  sqr, sqh, skh, skc, sar, scale, NS: tl.constexpr,
+                  G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
+                  SB: tl.constexpr, IEEE: tl.constexpr):
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    n = tl.load(n_ptr)
+    length = n + tl.load(depth_ptr + r) + 1          # the row's logical key count
+    start = s * SB * BN
+    if start < length:
+        g = tl.arange(0, GP)
+        dd = tl.arange(0, D)
+        q = tl.load(q_ptr + r * sqr + (h * G + g)[:, None] * sqh + dd[None, :],
+                    mask=g[:, None] < G, other=0.0)                         # [GP, D]
+        m_i = tl.full([GP], float("-inf"), tl.float32)
+        l_i = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, D], tl.float32)
+        kbase = k_ptr + h * skh
+        vbase = v_ptr + h * skh
+        for b in range(SB):           # blocks past the row's end are skipped
+            if start + b * BN < length:
+                offs = start + b * BN + tl.arange(0, BN)
+                valid = offs < length
+                rel = offs - n
+                a = tl.load(anc_ptr + r * sar + rel, mask=valid & (rel >= 0), other=0)
+                slot = tl.where(rel < 0, offs, n + a)
+                kk = tl.load(kbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
+                if IEEE:
+                    sc = tl.dot(q, tl.trans(kk), input_precision="tf32x3")
+                else:
+                    sc = tl.dot(q, tl.trans(kk))
+                sc = tl.where(valid[None, :], sc * scale, float("-inf"))       # [GP, BN]
+                m_new = tl.maximum(m_i, tl.max(sc, 1))
+                alpha = tl.exp(m_i - m_new)
+                p = tl.exp(sc - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(p, 1)
+                vv = tl.load(vbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
+                if IEEE:
+                    pv = tl.dot(p, vv, input_precision="tf32x3")
+                else:
+                    pv = tl.dot(p.to(vv.dtype), vv)
+                acc = acc * alpha[:, None] + pv
+                m_i = m_new
+        w = (r * tl.num_programs(1) + h) * NS + s
+        tl.store(m_ptr + w * GP + g, m_i)
+        tl.store(l_ptr + w * GP + g, l_i)
+        tl.store(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], acc)
+
+
+@triton.jit
+def _combine_kernel(o_ptr, n_ptr, depth_ptr, m_ptr, l_ptr, acc_ptr, sor, soh, NS: tl.constexpr,
+                    G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPAN: tl.constexpr):
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    length = tl.load(n_ptr) + tl.load(depth_ptr + r) + 1
+    ns = tl.cdiv(length, SPAN)        # the row's splits: a function of its own length only
+    g = tl.arange(0, GP)
+    dd = tl.arange(0, D)
+    w0 = (r * tl.num_programs(1) + h) * NS
+    mx = tl.full([GP], float("-inf"), tl.float32)
+    for s in range(NS):
+        if s < ns:
+            mx = tl.maximum(mx, tl.load(m_ptr + (w0 + s) * GP + g))
+    tot = tl.zeros([GP], tl.float32)
+    out = tl.zeros([GP, D], tl.float32)
+    for s in range(NS):
+        if s < ns:
+            wt = tl.exp(tl.load(m_ptr + (w0 + s) * GP + g) - mx)
+            tot += tl.load(l_ptr + (w0 + s) * GP + g) * wt
+            out += tl.load(acc_ptr + ((w0 + s) * GP + g)[:, None] * D + dd[None, :]) * wt[:, None]
+    out = out / tot[:, None]
+    tl.store(o_ptr + r * sor + (h * G + g)[:, None] * soh + dd[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
+
+
+def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            layout: WindowLayout) -> torch.Tensor:
+    """q: [R, Hq, D]; k, v: [Hkv, C, D] (one layer of the cache, same strides); layout.n a 0-d or
+    1-element long tensor on the device (or an int). Returns [R, Hq, D] in q's dtype."""
+    R, Hq, D = q.shape
+    Hkv, C = k.shape[0], k.shape[1]
+    G = Hq // Hkv
+    GP = max(16, triton.next_power_of_2(G))
+    if k.stride(2) != 1 or v.stride() != k.stride() or D & (D - 1) or D < 16:
+        raise ValueError(f"layout_attention_triton: unsupported cache layout {tuple(k.stride())} "
+                         f"or head size {D}")
+    q = q if q.stride(2) == 1 else q.contiguous()
+    n = layout.n
+    if not isinstance(n, torch.Tensor):
+        n = torch.tensor(n, dtype=torch.long, device=q.device)
+    span = SPLIT_BLOCKS * BLOCK
+    NS = triton.cdiv(C, span)
+    ws = torch.empty(R * Hkv * NS * GP * (D + 2), dtype=torch.float32, device=q.device)
+    m_ws = ws[:R * Hkv * NS * GP]
+    l_ws = ws[R * Hkv * NS * GP:2 * R * Hkv * NS * GP]
+    acc_ws = ws[2 * R * Hkv * NS * GP:]
+    ieee = q.dtype == torch.float32
+    anc = layout.anc
+    _split_kernel[(R, Hkv, NS)](
+        q, k, v, n, layout.depth, anc, m_ws, l_ws, acc_ws,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), anc.stride(0), D ** -0.5, NS=NS,
+        G=G, GP=GP, D=D, BN=BLOCK, SB=SPLIT_BLOCKS, IEEE=ieee, num_warps=4)
+    out = torch.empty(R, Hq, D, dtype=q.dtype, device=q.device)
+    _combine_kernel[(R, Hkv)](out, n, layout.depth, m_ws, l_ws, acc_ws, out.stride(0),
+                              out.stride(1), NS=NS, G=G, GP=GP, D=D, SPAN=span, num_warps=4)
+    return out
