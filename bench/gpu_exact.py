@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.model.attention import WindowLayout, ancestor_table, layout_attention  # noqa: E402
+from engine.model.attention import WindowLayout, ancestor_table  # noqa: E402
 
 
 def _ms(fn, reps: int = 50) -> float:
@@ -224,7 +224,7 @@ def model(path: str, device: str) -> dict:
         out[key] = {"rows": rows, "pass_ms": cost,
                     "ratio_new_old": {r: cost["new"][r] / cost["old"][r] for r in cost["new"]}}
         new()
-        del rt
+
         torch.cuda.empty_cache() if device == "cuda" else None
     return out
 

@@ -82,6 +82,42 @@ def onednn_fp32_matmul() -> Iterator[None]:
         mm.fp32_precision = prev
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What every layer's attention of one pass shares (the layout, resolved once)."""
+
+    n: int
+    P: int                   # shared positions [0, P): P // BLOCK whole blocks every row sees
+    T: int                   # the rest, [P, P + T), gathered per row
+    slot: torch.Tensor       # [R, T] cache slot of each row's tail position (0 where invalid)
+    invalid: torch.Tensor    # [1, R, 1, T] bool: past the row's own position
+
+
+def _plan(layout: WindowLayout, device: torch.device) -> _Plan:
+    n = int(layout.n)
+    depth = layout.depth.to("cpu")
+    R = depth.shape[0]
+    P = (n // BLOCK) * BLOCK
+    T = -(-(n + int(depth.max()) + 1 - P) // BLOCK) * BLOCK
+    pos = torch.arange(P, P + T)                                   # [T] logical positions
+    rel = pos - n
+    anc = layout.anc.to("cpu")[:, rel.clamp(0, layout.anc.shape[1] - 1)]          # [R, T]
+    valid = pos.unsqueeze(0) <= (n + depth).unsqueeze(1)                          # [R, T]
+    slot = torch.where(rel < 0, pos.expand(R, T), n + anc).masked_fill(~valid, 0)
+    return _Plan(n, P, T, slot.to(device), (~valid).view(1, R, 1, T).to(device))
+
+
+def bind_layout_attention(layout: WindowLayout):
+    """`attend(q, k, v)` for every layer of one verify pass over `layout` (torch, float32)."""
+    plans: dict = {}
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if k.device not in plans:
+            plans[k.device] = _plan(layout, k.device)
+        return _attend(q, k, v, plans[k.device])
+    return attend
+
+
 def layout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: WindowLayout
                      ) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v over each row's logical keys (module doc), float32.
@@ -89,30 +125,23 @@ def layout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: 
     q: [R, Hq, D]; k, v: [Hkv, C, D], one layer of the cache, the window's rows already written.
     Returns [R, Hq, D] float32.
     """
+    return bind_layout_attention(layout)(q, k, v)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: _Plan) -> torch.Tensor:
     R, Hq, D = q.shape
     Hkv = k.shape[0]
     G = Hq // Hkv
-    n = int(layout.n)
-    depth = layout.depth.to("cpu")
-    dmax = int(depth.max())
-    P = (n // BLOCK) * BLOCK                      # shared blocks: every row sees [0, P) whole
-    T = -(-(n + dmax + 1 - P) // BLOCK) * BLOCK   # the rest, gathered per row
+    P, T = plan.P, plan.T
     nb_p, nb_t = P // BLOCK, T // BLOCK
-    pos = torch.arange(P, P + T)                                   # [T] logical positions
-    rel = pos - n
-    anc = layout.anc.to("cpu")[:, rel.clamp(0, layout.anc.shape[1] - 1)]          # [R, T]
-    valid = pos.unsqueeze(0) <= (n + depth).unsqueeze(1)                          # [R, T]
-    slot = torch.where(rel < 0, pos.expand(R, T), n + anc).masked_fill(~valid, 0).to(k.device)
-    valid = valid.to(k.device)
     qs = (q.float() * D ** -0.5).view(R, Hkv, G, D).transpose(0, 1)               # [Hkv, R, G, D]
     k, v = k.float(), v.float()
     with onednn_fp32_matmul():
         # scores: shared prefix [Hkv, R*G, P], gathered tail [Hkv, R, G, T]
         sp = torch.bmm(k[:, :P], qs.reshape(Hkv, R * G, D).transpose(1, 2)).transpose(1, 2)
-        kt = k[:, slot]                                                           # [Hkv, R, T, D]
+        kt = k[:, plan.slot]                                                      # [Hkv, R, T, D]
         st = torch.bmm(kt.reshape(Hkv * R, T, D), qs.reshape(Hkv * R, G, D).transpose(1, 2))
-        st = st.view(Hkv, R, T, G).transpose(2, 3)
-        st = st.masked_fill(~valid.view(1, R, 1, T), float("-inf"))
+        st = st.view(Hkv, R, T, G).transpose(2, 3).masked_fill(plan.invalid, float("-inf"))
         s = torch.cat([sp.reshape(Hkv, R, G, P), st], dim=-1)                     # [Hkv, R, G, P+T]
         m = s.amax(dim=-1, keepdim=True)          # exact, whatever the layout
         p = torch.exp(s - m).view(Hkv, R, G, nb_p + nb_t, BLOCK)
@@ -120,7 +149,7 @@ def layout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: 
         op = torch.bmm(p[..., :nb_p, :].permute(0, 3, 1, 2, 4).reshape(Hkv * nb_p, R * G, BLOCK),
                        v[:, :P].reshape(Hkv * nb_p, BLOCK, D))
         op = op.view(Hkv, nb_p, R, G, D).permute(0, 2, 1, 3, 4)                   # [Hkv, R, nb_p, G, D]
-        vt = v[:, slot].view(Hkv * R * nb_t, BLOCK, D)
+        vt = v[:, plan.slot].view(Hkv * R * nb_t, BLOCK, D)
         ot = torch.bmm(p[..., nb_p:, :].transpose(2, 3).reshape(Hkv * R * nb_t, G, BLOCK), vt)
         o = torch.cat([op, ot.view(Hkv, R, nb_t, G, D)], dim=2)                   # [Hkv, R, NB, G, D]
         o = o.cumsum(dim=2)[:, :, -1]                                             # [Hkv, R, G, D]

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from engine.model.attention import WindowLayout, layout_attention
+from engine.model.attention import WindowLayout, bind_layout_attention
 from engine.model.cache import KVCache
 from engine.model.linear import CPU_KERNELS, Linear, cpu_fast_available
 from engine.model.source import TensorSource
@@ -23,14 +23,15 @@ from engine.model.rope import rope_tables
 
 
 def _verify_attention(device: torch.device, cpu_fast: bool) -> Callable | None:
-    """The layout-invariant attention for verify passes on this device, or None (SDPA)."""
+    """The layout-invariant attention for verify passes on this device, or None (SDPA): a
+    function of a pass's WindowLayout giving that pass's `attend(q, k, v)`."""
     if device.type == "cuda":
         try:
-            from engine.model.triton_attention import layout_attention_triton
+            from engine.model.triton_attention import bind_layout_attention_triton
         except ImportError:          # no Triton: SDPA, exact to ~1e-6 but not bit for bit
             return None
-        return layout_attention_triton
-    return layout_attention if cpu_fast else None
+        return bind_layout_attention_triton
+    return bind_layout_attention if cpu_fast else None
 
 
 class Transformer:
@@ -188,7 +189,9 @@ class Transformer:
         sin = self.sin[positions].unsqueeze(1)
         # layout-invariant attention where rows' logits are compared across passes (verify); a
         # prefill (last_only) only fills the cache, the same way for every decoder: fast SDPA
-        attend = self.verify_attention if layout is not None and not last_only else None
+        attend = (self.verify_attention(layout)
+                  if self.verify_attention is not None and layout is not None and not last_only
+                  else None)
         inv = attend is not None     # the linear layers too: row-invariant kernels (linear.py)
         if attend is None:
             # Grouped-query attention without copying keys: the G query heads that share a kv
@@ -211,7 +214,7 @@ class Transformer:
             cache.write(i, k, v.transpose(0, 1), slots)
             if attend is not None:
                 kc, vc = cache.kv[i, 0], cache.kv[i, 1]           # [Hkv, C, D]
-                a = attend(qk[:, :Hq], kc, vc, layout).to(x.dtype).reshape(R, Hq * D)
+                a = attend(qk[:, :Hq], kc, vc).to(x.dtype).reshape(R, Hq * D)
             else:
                 kc, vc = cache.keys_values(i, S)                  # [1, Hkv, S, D]
                 # [R, Hq, D] -> [1, Hkv, G*R, D]: row g*R + r of kv head j is query head j*G + g

@@ -110,6 +110,11 @@ def _combine_kernel(o_ptr, n_ptr, depth_ptr, m_ptr, l_ptr, acc_ptr, sor, soh, NS
              out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
 
 
+def bind_layout_attention_triton(layout: WindowLayout):
+    """`attend(q, k, v)` for every layer of one verify pass over `layout`."""
+    return lambda q, k, v: layout_attention_triton(q, k, v, layout)
+
+
 def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             layout: WindowLayout) -> torch.Tensor:
     """q: [R, Hq, D]; k, v: [Hkv, C, D] (one layer of the cache, same strides); layout.n a 0-d or

@@ -16,7 +16,7 @@ import torch
 
 from engine.io.load import load_model
 from engine.io.prompts import encode_prompt
-from engine.model.attention import WindowLayout, ancestor_table, layout_attention
+from engine.model.attention import WindowLayout, ancestor_table, bind_layout_attention, layout_attention
 from engine.model.linear import cpu_fast_available
 from engine.model.runtime import Runtime, chain, cpu_fast_fits
 from engine.speculation.decoder import Decoder
@@ -38,7 +38,7 @@ def fast_runtime(loaded_model):
 
 def test_fast_runtime_layout(fast_runtime, loaded_model):
     m = fast_runtime.model
-    assert m.cpu_fast and m.verify_attention is layout_attention
+    assert m.cpu_fast and m.verify_attention is bind_layout_attention
     for L in m.layers:
         for k in ("qkv", "o", "gate_up", "down"):
             assert L[k].kernels == {"cpu_fast"}, k
