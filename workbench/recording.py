@@ -21,7 +21,7 @@ from workbench.store import EventStore
 FORMAT_VERSION = 1
 
 
-MAX_BYTES = 256 << 20      # a long detailed session is tens of MB
+MAX_BYTES = 128 << 20      # a long detailed session is tens of MB (JSON grows ~10x in memory)
 MAX_NODES = 4096           # draft nodes in one window (a pass holds at most 64 rows)
 MAX_LIST = 1 << 16         # any other list in an event (emitted tokens, penalty history)
 

@@ -35,7 +35,9 @@ _NUMPY_DTYPES = {
 }
 
 
-MAX_ARRAY_DEPTH = 8   # arrays of arrays: real files nest at most 2 deep
+MAX_ARRAY_DEPTH = 8          # arrays of arrays: real files nest at most 2 deep
+MAX_ARRAY_ITEMS = 1 << 22    # a 262k vocabulary and its ~500k merges fit; as Python objects an
+                             # array takes up to ~40x its bytes, so a hostile count is refused
 
 
 class _Corrupt(Exception):
@@ -111,6 +113,8 @@ def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, 
         if vtype == GGUFValueType.ARRAY:
             etype, count = unpack("<IQ", buf, pos)
             pos += 12
+            if count > MAX_ARRAY_ITEMS:
+                raise _Corrupt(f"an array at byte {pos} claims {count:,} items (at most {MAX_ARRAY_ITEMS:,})")
             if etype == GGUFValueType.STRING:
                 if count * 8 > size - pos:
                     raise _Corrupt(f"a string array at byte {pos} claims {count} items")

@@ -80,7 +80,15 @@ def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig
                                  '{"rope_type": "llama3", "factor": 8.0} is needed here.')
         rope.update(part or {})
     theta = real(rope, "rope_theta", real(raw, "rope_theta", 10000.0))
-    if raw.get("mlp_bias"):
+    def flag(key: str) -> bool:
+        v = raw.get(key)
+        if v is None:
+            return False
+        if not isinstance(v, bool):         # "false" as a string would read as true
+            raise ModelLoadError(f"{path}: {key} is {v!r}; true or false is needed here.")
+        return v
+
+    if flag("mlp_bias"):
         raise ModelLoadError(f"{path}: mlp_bias=true is not supported.")
     try:
         return ModelConfig(
@@ -96,8 +104,8 @@ def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig
             rope_theta=theta,
             rope_scaling=_rope_scaling(rope, raw, path),
             max_context=count("max_position_embeddings", "max_context", 4096),
-            tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            qkv_bias=arch == "qwen2" or bool(raw.get("attention_bias", False)),
+            tie_embeddings=flag("tie_word_embeddings"),
+            qkv_bias=arch == "qwen2" or flag("attention_bias"),
             qk_norm=arch == "qwen3",
             bos_id=tokenizer.bos_id if tokenizer else raw.get("bos_token_id"),
             eos_ids=tokenizer.eos_ids if tokenizer else (),
