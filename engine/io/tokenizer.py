@@ -193,6 +193,14 @@ class Tokenizer:
         backend.add_tokens([AddedToken(t, normalized=False, special=False)
                             for t, k in zip(tokens, types) if k == 4 and t in vocab])
 
+        for key in ("bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id", "unknown_token_id",
+                    "padding_token_id", "add_bos_token"):
+            v = md.get(f"tokenizer.ggml.{key}")
+            flag = key == "add_bos_token"
+            if v is not None and (isinstance(v, bool) != flag or not isinstance(v, int)):
+                raise ModelLoadError(f"{source}: tokenizer.ggml.{key} is {str(v)[:40]!r}; "
+                                     f"{'true or false' if flag else 'a token id'} is needed here. The file is corrupt.")
+
         def token(key: str) -> str | None:
             i = md.get(f"tokenizer.ggml.{key}")
             return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
@@ -239,6 +247,9 @@ class Tokenizer:
         added = backend.get_added_tokens_decoder()
         eos += [i for i, t in added.items() if t.special and t.content in _END_OF_GENERATION]
         add_bos = tcfg.get("add_bos_token")
+        if add_bos is not None and not isinstance(add_bos, bool):   # "false" would read as true
+            raise ModelLoadError(f"{tokenizer_config_json}: add_bos_token is {str(add_bos)[:40]!r}; true or "
+                                 "false is needed here.")
         if add_bos is None and bos_id is not None:  # no flag: does tokenizer.json's post-processor add it?
             with_special = backend.encode("a", add_special_tokens=True).ids
             add_bos = len(with_special) > len(backend.encode("a", add_special_tokens=False).ids) \
