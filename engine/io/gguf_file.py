@@ -166,6 +166,8 @@ def _rope_scaling(gf: GGUFFile, arch: str, theta: float, head_dim: int) -> RopeS
     if "rope_freqs.weight" in gf.tensors:
         # Llama 3.1+: the converter stores the llama3 frequency divisors instead of their parameters.
         s = _llama3_from_freqs(gf, theta, head_dim, original)
+    elif kind not in ("none", None, "linear", "yarn"):
+        raise ModelLoadError(f"{path}: RoPE scaling {kind!r} is not supported (linear, yarn and llama3 are).")
     elif kind in ("none", None) or factor == 1.0:
         s = RopeScaling()
     elif kind == "linear":
@@ -176,8 +178,6 @@ def _rope_scaling(gf: GGUFFile, arch: str, theta: float, head_dim: int) -> RopeS
         context = md.get(f"{arch}.context_length")
         s = _yarn(gf, arch, num, factor, original or as_int(context or 4096, f"{path}: {arch}.context_length",
                                                             *INT_LIMITS["max_context"]))
-    else:
-        raise ModelLoadError(f"{path}: RoPE scaling {kind!r} is not supported (linear, yarn and llama3 are).")
     if attn_factor != 1.0:
         if s.kind != "yarn":
             raise ModelLoadError(f"{path}: {arch}.rope.scaling.attn_factor = {attn_factor} with RoPE scaling "
