@@ -187,7 +187,7 @@ def check_messages(messages: Any, where: str = "chat messages") -> list[dict]:
     """Chat messages as the templates expect them: a list of {"role": str, "content": str}.
     Content given as a list of text parts ([{"type": "text", "text": "..."}]) is joined into
     one string; any other content (a number, null, an image part) is refused."""
-    shape = 'a list of objects like {"role": "user", "content": "..."}'
+    shape = 'a list of chat messages like {"role": "user", "content": "..."}'
     if not isinstance(messages, list) or not messages:
         raise ParameterError(f"{where}: expected {shape}")
     out = []

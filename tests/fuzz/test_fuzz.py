@@ -116,7 +116,7 @@ def test_fuzz_hostile_inputs(base, monkeypatch) -> None:
         meta = {k: rng.choice(HOSTILE_GGUF) for k in rng.sample(keys, rng.randint(1, 3))}
         if rng.random() < 0.3:
             meta["tokenizer.chat_template"] = (V.STRING, template(rng))
-        path = d / f"meta{i}.gguf"
+        path = fresh(d / "meta.gguf")
         run_case(tally, f"gguf metadata {meta}", lambda: use_model(write_gguf(path, meta)))
 
     header_end = base["gguf_bytes"].index(b"blk.0.attn_norm.weight") + 200
@@ -129,7 +129,7 @@ def test_fuzz_hostile_inputs(base, monkeypatch) -> None:
             lo, hi = (0, header_end) if kind == "flip" else (header_end, len(data))
             for _ in range(rng.randint(1, 8)):
                 data[rng.randrange(lo, hi)] = rng.randrange(256)
-        path = d / f"bytes{i}.gguf"
+        path = fresh(d / "bytes.gguf")
         path.write_bytes(bytes(data))
         run_case(tally, f"gguf bytes case {i} ({kind})", lambda: use_model(path))
 
@@ -188,6 +188,13 @@ def test_fuzz_hostile_inputs(base, monkeypatch) -> None:
           f"{tally.ok} ran, {tally.errors} clean errors, 0 other exceptions; peak RSS +{(rss - rss0) >> 20} MB")
     assert tally.cases >= 300 and tally.ok >= 20 and tally.errors >= 100
     assert rss - rss0 < RSS_GROWTH_LIMIT
+
+
+def fresh(path: Path) -> Path:
+    """path, unlinked first: a model of an earlier case may still map the old file (writing
+    over it in place would change the pages under that mapping)."""
+    path.unlink(missing_ok=True)
+    return path
 
 
 def recording_lines(d: Path, rng: random.Random) -> list[str]:
