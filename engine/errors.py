@@ -16,3 +16,7 @@ class ModelLoadError(SpecscopeError):
 
 class ParameterError(SpecscopeError, ValueError):
     """A generation or decoding setting is out of range."""
+
+
+class NumericalError(SpecscopeError):
+    """A model produced NaN or infinite values (broken weights or metadata, or an overflow)."""

@@ -49,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
     from engine.errors import SpecscopeError
 
     from workbench import engine_api, theme
+    from workbench.recording import load_recording
     from workbench.window import MainWindow
     from workbench.worker import RuntimeSpec
 
@@ -57,12 +58,14 @@ def main(args: argparse.Namespace) -> int:
     app.setApplicationName("specscope")
     theme.apply_theme(app)
     prompt = None
-    if args.gui_prompt_file:
-        try:
+    try:
+        if args.gui_prompt_file:
             prompt = engine_api.read_prompt_file(args.gui_prompt_file)
-        except SpecscopeError as e:
-            print(f"specscope: error: {e}", file=sys.stderr)
-            return 2
+        if args.replay:         # its reason on stderr too, not only in the window's banner
+            load_recording(args.replay)
+    except SpecscopeError as e:
+        print(f"specscope: error: {e}", file=sys.stderr)
+        return 2
     win = MainWindow(RuntimeSpec(args.model, args.device, args.dtype, args.weights), prompt, probe=not args.no_probe)
     if shot:
         return run_offscreen(app, win, shot, windows, args.replay, print_report)

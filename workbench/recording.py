@@ -8,8 +8,10 @@ every following line is one `WindowEvent.to_dict()`; an optional last line
 from __future__ import annotations
 
 import json
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from engine.errors import SpecscopeError
 from engine.speculation.events import WindowEvent
@@ -19,8 +21,126 @@ from workbench.store import EventStore
 FORMAT_VERSION = 1
 
 
+MAX_BYTES = 128 << 20      # a long detailed session is tens of MB (JSON grows ~10x in memory)
+MAX_NODES = 4096           # draft nodes in one window (a pass holds at most 64 rows)
+MAX_LIST = 1 << 16         # any other list in an event (emitted tokens, penalty history)
+
+
 class RecordingError(SpecscopeError):
     """A recording file is missing, not JSON Lines, or not a specscope recording."""
+
+
+def _check_type(value: Any, tp: Any, where: str) -> None:
+    """Check a JSON value against a field's annotation (the event dataclasses use int, float,
+    str, bool, Any, X | None, list[X], tuple[...], dict[str, Any] and nested dataclasses)."""
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is Any:
+        return
+    if origin in (Union, UnionType):
+        errors = []
+        for option in args:
+            try:
+                return _check_type(value, option, where)
+            except ValueError as e:
+                errors.append(e)
+        raise errors[-1]
+    if tp is type(None):
+        ok = value is None
+    elif tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif tp is str:
+        ok = isinstance(value, str)
+    elif origin is dict or tp is dict:
+        ok = isinstance(value, dict)
+    elif origin in (list, tuple):
+        if not isinstance(value, list) or len(value) > MAX_LIST:
+            raise ValueError(f"{where} must be a list (of at most {MAX_LIST:,} items)")
+        if origin is tuple:
+            if len(value) != len(args):
+                raise ValueError(f"{where} must have {len(args)} items")
+            for i, (v, t) in enumerate(zip(value, args)):
+                _check_type(v, t, f"{where}[{i}]")
+        else:
+            for i, v in enumerate(value):
+                _check_type(v, args[0], f"{where}[{i}]")
+        return
+    elif is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ValueError(f"{where} must be an object")
+        hints = get_type_hints(tp)
+        for f in fields(tp):
+            if f.name in value:
+                _check_type(value[f.name], hints[f.name], f"{where}.{f.name}" if where else f.name)
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise ValueError(f"{where + '.' if where else ''}{f.name} is missing")
+        return
+    else:
+        raise TypeError(f"no check for {tp!r}")   # a new field type: extend this function
+    if not ok:
+        raise ValueError(f"{where} is {_show(value)}, not {getattr(tp, '__name__', tp)}")
+
+
+def _show(value: Any) -> str:
+    text = type(value).__name__ if isinstance(value, (list, dict)) else json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_tree(d: dict) -> None:
+    """The window's tree: one entry per node everywhere, parents before children (so no
+    cycles), depths one below the parent's, the accepted path a path down from the root."""
+    n = len(d["tokens"])
+    if n > MAX_NODES:
+        raise ValueError(f"{n:,} draft nodes (at most {MAX_NODES:,})")
+    for key in ("texts", "parents", "depths", "provenance"):
+        if len(d[key]) != n:
+            raise ValueError(f"{len(d[key])} {key} for {n} draft tokens")
+    for i, (p, depth) in enumerate(zip(d["parents"], d["depths"])):
+        if not -1 <= p < i:
+            raise ValueError(f"node {i} has parent {p} (parents come before their children)")
+        if depth != (1 if p < 0 else d["depths"][p] + 1):
+            raise ValueError(f"node {i} has depth {depth}, not its parent's depth + 1")
+    above = -1
+    for node in d["accepted_path"]:
+        if not 0 <= node < n or d["parents"][node] != above:
+            raise ValueError(f"the accepted path {_show(d['accepted_path'])} is not a path down the tree")
+        above = node
+    if len(d["rows"]) > n + 1 or any(not -1 <= r["node"] < n for r in d["rows"]):
+        raise ValueError("its verify rows do not match its tree")
+    if not len(d["emitted"]) == len(d["emitted_texts"]) == len(d["emitted_kinds"]):
+        raise ValueError("emitted tokens, texts and kinds differ in number")
+    for key in ("index", "committed_len", "depth", "width"):
+        if not 0 <= d[key] <= (1 << 40 if key in ("index", "committed_len") else MAX_NODES):
+            raise ValueError(f"{key} is {d[key]:,}")
+
+
+def _checked_header(obj: dict, where: str) -> dict:
+    header = {k: v for k, v in obj.items() if k != "specscope_recording"}
+    for key, kind in (("settings", dict), ("card_profile", dict), ("model", str), ("device", str),
+                      ("weights", str)):
+        if header.get(key) is not None and not isinstance(header[key], kind):
+            raise RecordingError(f"{where}: the header's {key} is {_show(header[key])}, not "
+                                 f"{'an object' if kind is dict else 'text'}")
+    if header.get("card_profile"):
+        from workbench.engine_api import profile_from_dict
+        try:
+            profile_from_dict(header["card_profile"])
+        except SpecscopeError:
+            pass                    # a profile this version does not read: the window ignores it
+        except Exception as e:      # noqa: BLE001 (numbers that break the fit: 0 ms, inf)
+            raise RecordingError(f"{where}: the header's card_profile is not a cost profile "
+                                 f"({type(e).__name__}: {e})") from None
+    return header
+
+
+def event_from_dict(obj: Any) -> WindowEvent:
+    """A WindowEvent from one recording line, every field checked first (ValueError)."""
+    _check_type(obj, WindowEvent, "")
+    _check_tree(obj)
+    return WindowEvent.from_dict(obj)
 
 
 def save_recording(path: str | Path, store: EventStore) -> Path:
@@ -36,32 +156,47 @@ def save_recording(path: str | Path, store: EventStore) -> Path:
 
 
 def load_recording(path: str | Path) -> EventStore:
+    """A recording's events, or one RecordingError: not a file, too large, not UTF-8 JSON
+    Lines, no header, nested too deep, a field of the wrong type, a tree that is not one."""
     path = Path(path)
     try:
+        if path.is_dir():
+            raise RecordingError(f"{path} is a folder; open a .jsonl recording saved by specscope")
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise RecordingError(f"{path} is {size:,} bytes, more than a recording holds "
+                                 f"(the limit is {MAX_BYTES:,})")
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as e:
         raise RecordingError(f"cannot read recording {path}: {e.strerror or e}") from e
     except UnicodeDecodeError as e:
         raise RecordingError(f"{path} is not a text file; open a .jsonl recording saved by specscope") from e
     store = EventStore()
+    first = True
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            obj: dict[str, Any] = json.loads(line)
+            obj: Any = json.loads(line)
         except json.JSONDecodeError as e:
             raise RecordingError(f"{path}, line {n}: not valid JSON ({e.msg}); "
                                  "is this a recording saved by specscope?") from e
-        if n == 1:
+        except RecursionError:
+            raise RecordingError(f"{path}, line {n}: JSON nested too deeply for a recording") from None
+        if first:
             if not isinstance(obj, dict) or "specscope_recording" not in obj:
-                raise RecordingError(f"{path} has no specscope header on line 1; "
+                raise RecordingError(f"{path} has no specscope header on line {n}; "
                                      "open a .jsonl file saved with 'Save recording'")
-            store.header = {k: v for k, v in obj.items() if k != "specscope_recording"}
-        elif "specscope_report" in obj:
-            store.report = obj["specscope_report"]
+            store.header = _checked_header(obj, f"{path}, line {n}")
+            first = False
+        elif isinstance(obj, dict) and "specscope_report" in obj:
+            report = obj["specscope_report"]
+            store.report = report if isinstance(report, dict) else None
         else:
             try:
-                store.append(WindowEvent.from_dict(obj))
+                store.append(event_from_dict(obj))
             except (TypeError, KeyError, ValueError) as e:
                 raise RecordingError(f"{path}, line {n}: not a window event ({e})") from e
+    if first:
+        raise RecordingError(f"{path} is empty; open a .jsonl file saved with 'Save recording'")
     return store

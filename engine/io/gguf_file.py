@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, LlamaFileType
 
-from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling, check_weight_shapes
+from engine.model.config import (ARCHITECTURES, INT_LIMITS, ModelConfig, RopeScaling, as_float, as_int,
+                                 check_weight_shapes)
 from engine.errors import ModelLoadError
 from engine.io.names import NameMap
 from engine.io.gguf_header import GGUFFile, TensorInfo, read_gguf, type_name
@@ -72,6 +73,14 @@ gguf_name = GGUF_NAMES.file_name          # 'layers.3.q' -> 'blk.3.attn_q.weight
 canonical_name = GGUF_NAMES.canonical     # 'blk.3.attn_q.weight' -> 'layers.3.q' (None: unused)
 
 
+# the ModelConfig field each `{arch}.` count becomes (its INT_LIMITS range)
+_FIELDS = {"embedding_length": "hidden_size", "attention.head_count": "n_heads",
+           "attention.head_count_kv": "n_kv_heads", "attention.key_length": "head_dim",
+           "attention.value_length": "head_dim", "rope.dimension_count": "head_dim",
+           "vocab_size": "vocab_size", "feed_forward_length": "intermediate_size",
+           "block_count": "n_layers", "context_length": "max_context"}
+
+
 def config_from_metadata(gf: GGUFFile, tokenizer: Tokenizer) -> ModelConfig:
     md, path = gf.metadata, gf.path
     arch = md.get("general.architecture")
@@ -86,37 +95,48 @@ def config_from_metadata(gf: GGUFFile, tokenizer: Tokenizer) -> ModelConfig:
         if required and v is None:
             raise ModelLoadError(f"{path}: GGUF metadata lacks {arch}.{key}; the file is incomplete. "
                                  "Re-convert it with a current llama.cpp.")
-        if v is not None and key != "rope.scaling.type" and not isinstance(v, (int, float)):
-            raise ModelLoadError(f"{path}: {arch}.{key} is {v!r}; specscope needs one number here "
+        if isinstance(v, list):
+            raise ModelLoadError(f"{path}: {arch}.{key} is a list; specscope needs one number here "
                                  "(per-layer values are not supported).")
         return v
 
-    hidden = int(get("embedding_length", required=True))
-    n_heads = int(get("attention.head_count", required=True))
-    head_dim = int(get("attention.key_length") or hidden // n_heads)
-    if get("attention.value_length") not in (None, head_dim):
+    def count(key: str, default: Any = None, required: bool = False) -> int | None:
+        v = get(key, default, required)
+        if v is None:
+            return None
+        lo, hi = INT_LIMITS[_FIELDS.get(key, "hidden_size")]
+        return as_int(v, f"{path}: {arch}.{key}", lo, hi)
+
+    def real(key: str, default: float) -> float:
+        return as_float(get(key, default), f"{path}: {arch}.{key}")
+
+    hidden = count("embedding_length", required=True)
+    n_heads = count("attention.head_count", required=True)
+    head_dim = count("attention.key_length") or hidden // n_heads
+    if count("attention.value_length") not in (None, head_dim):
         raise ModelLoadError(f"{path}: key and value head sizes differ; specscope does not run such models.")
-    rope_dims = get("rope.dimension_count")
+    rope_dims = count("rope.dimension_count")
     if rope_dims not in (None, head_dim):
         raise ModelLoadError(f"{path}: RoPE covers {rope_dims} of {head_dim} head dimensions; "
                              "partial rotary embeddings are not supported.")
-    theta = float(get("rope.freq_base", 10000.0))
+    theta = real("rope.freq_base", 10000.0)
     embd = gf.tensors.get("token_embd.weight")
-    vocab = get("vocab_size") or len(md.get("tokenizer.ggml.tokens", ())) or (embd.shape[0] if embd else 0)
+    tokens = md.get("tokenizer.ggml.tokens")
+    vocab = count("vocab_size") or (len(tokens) if isinstance(tokens, list) else 0) or (embd.shape[0] if embd else 0)
     try:
         return ModelConfig(
             arch=arch,
-            vocab_size=int(vocab),
+            vocab_size=as_int(vocab, f"{path}: the vocabulary size", *INT_LIMITS["vocab_size"]),
             hidden_size=hidden,
-            intermediate_size=int(get("feed_forward_length", required=True)),
-            n_layers=int(get("block_count", required=True)),
+            intermediate_size=count("feed_forward_length", required=True),
+            n_layers=count("block_count", required=True),
             n_heads=n_heads,
-            n_kv_heads=int(get("attention.head_count_kv") or n_heads),
+            n_kv_heads=count("attention.head_count_kv") or n_heads,
             head_dim=head_dim,
-            rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+            rms_eps=real("attention.layer_norm_rms_epsilon", 1e-6),
             rope_theta=theta,
             rope_scaling=_rope_scaling(gf, arch, theta, head_dim),
-            max_context=int(get("context_length", 4096)),
+            max_context=count("context_length", 4096),
             tie_embeddings="output.weight" not in gf.tensors,
             qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in gf.tensors,
             qk_norm=arch == "qwen3" or "blk.0.attn_q_norm.weight" in gf.tensors,
@@ -133,19 +153,21 @@ def _rope_scaling(gf: GGUFFile, arch: str, theta: float, head_dim: int) -> RopeS
 
     def num(key: str, default: float | None = None) -> float | None:
         v = md.get(f"{arch}.rope.scaling.{key}", default)
-        if v is not None and not isinstance(v, (int, float)):
-            raise ModelLoadError(f"{path}: {arch}.rope.scaling.{key} is {v!r}; specscope needs one number here.")
-        return v
+        return None if v is None else as_float(v, f"{path}: {arch}.rope.scaling.{key}")
 
     kind = md.get(f"{arch}.rope.scaling.type", "none")
     factor = float(num("factor", 1.0) or 1.0)
-    original = int(num("original_context_length", 0) or 0)
+    original = num("original_context_length", 0) or 0
+    original = as_int(original, f"{path}: {arch}.rope.scaling.original_context_length",
+                      0, INT_LIMITS["max_context"][1])
     # llama.cpp multiplies cos/sin by rope.scaling.attn_factor on top of YaRN's own factor
     # (llama-context.cpp: `cparams.yarn_attn_factor *= hparams.rope_attn_factor`)
     attn_factor = float(num("attn_factor", 1.0))
     if "rope_freqs.weight" in gf.tensors:
         # Llama 3.1+: the converter stores the llama3 frequency divisors instead of their parameters.
         s = _llama3_from_freqs(gf, theta, head_dim, original)
+    elif kind not in ("none", None, "linear", "yarn"):
+        raise ModelLoadError(f"{path}: RoPE scaling {kind!r} is not supported (linear, yarn and llama3 are).")
     elif kind in ("none", None) or factor == 1.0:
         s = RopeScaling()
     elif kind == "linear":
@@ -154,9 +176,8 @@ def _rope_scaling(gf: GGUFFile, arch: str, theta: float, head_dim: int) -> RopeS
         # llama.cpp's n_ctx_orig_yarn falls back to the training context, as transformers'
         # original_max_position_embeddings falls back to max_position_embeddings
         context = md.get(f"{arch}.context_length")
-        s = _yarn(gf, arch, num, factor, original or int(context or 4096))
-    else:
-        raise ModelLoadError(f"{path}: RoPE scaling {kind!r} is not supported (linear, yarn and llama3 are).")
+        s = _yarn(gf, arch, num, factor, original or as_int(context or 4096, f"{path}: {arch}.context_length",
+                                                            *INT_LIMITS["max_context"]))
     if attn_factor != 1.0:
         if s.kind != "yarn":
             raise ModelLoadError(f"{path}: {arch}.rope.scaling.attn_factor = {attn_factor} with RoPE scaling "
@@ -208,6 +229,9 @@ def check_tensor_data(gf: GGUFFile, info: TensorInfo) -> None:
             f"dequantize (supported: {', '.join(sorted(Q(t).name for t in SUPPORTED_TYPES))}). "
             "Use a GGUF quantized to one of those, e.g. Q4_K_M, Q8_0 or F16."
         )
+    if info.n_bytes < 0:
+        raise ModelLoadError(f"{gf.path} is corrupt: tensor {info.name} has rows of {info.shape[-1]} values, "
+                             f"not a whole number of {type_name(info.qtype)} blocks. Download it again.")
     size = gf.data.shape[0]
     if info.offset + info.n_bytes > size:
         raise ModelLoadError(
@@ -238,6 +262,8 @@ def load_gguf(path: Path, progress: Callable[[str, float], None]
         canon = canonical_name(name)
         if canon is not None:
             wanted[canon] = info
+    for info in wanted.values():     # an unsupported type is named as such, before any shape
+        check_tensor_data(gf, info)
     check_weight_shapes(cfg, {k: v.shape for k, v in wanted.items()}, path, gguf_name)
     sources: dict[str, TensorSource] = {}
     for canon, info in wanted.items():

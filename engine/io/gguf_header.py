@@ -35,6 +35,11 @@ _NUMPY_DTYPES = {
 }
 
 
+MAX_ARRAY_DEPTH = 8          # arrays of arrays: real files nest at most 2 deep
+MAX_ARRAY_ITEMS = 1 << 22    # a 262k vocabulary and its ~500k merges fit; as Python objects an
+                             # array takes up to ~40x its bytes, so a hostile count is refused
+
+
 class _Corrupt(Exception):
     """Raised inside the header parser; turned into one ModelLoadError at the boundary."""
 
@@ -45,7 +50,7 @@ class TensorInfo:
     shape: tuple[int, ...]  # torch order, outermost first (GGUF lists dims innermost first)
     qtype: int              # a GGMLQuantizationType value (may be one gguf does not know)
     offset: int             # absolute byte offset in the file
-    n_bytes: int            # -1 when the type is unknown
+    n_bytes: int            # -1 when the type is unknown or a row is not whole blocks
 
 
 @dataclass
@@ -102,12 +107,14 @@ def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, 
             raise _Corrupt(f"a string at byte {pos} runs past the end of the file")
         return buf[pos + 8:end].decode("utf-8", errors="replace"), end
 
-    def value(vtype: int, pos: int) -> tuple[Any, int]:
+    def value(vtype: int, pos: int, depth: int = 0) -> tuple[Any, int]:
         if vtype == GGUFValueType.STRING:
             return string(pos)
         if vtype == GGUFValueType.ARRAY:
             etype, count = unpack("<IQ", buf, pos)
             pos += 12
+            if count > MAX_ARRAY_ITEMS:
+                raise _Corrupt(f"an array at byte {pos} claims {count:,} items (at most {MAX_ARRAY_ITEMS:,})")
             if etype == GGUFValueType.STRING:
                 if count * 8 > size - pos:
                     raise _Corrupt(f"a string array at byte {pos} claims {count} items")
@@ -127,9 +134,13 @@ def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, 
                     raise _Corrupt(f"an array at byte {pos} claims {count} items")
                 arr = np.frombuffer(buf, dtype=dtype.newbyteorder("<"), count=count, offset=pos)
                 return arr.tolist(), pos + count * dtype.itemsize
+            if depth >= MAX_ARRAY_DEPTH:
+                raise _Corrupt(f"metadata arrays nested more than {MAX_ARRAY_DEPTH} deep at byte {pos}")
+            if count * 12 > size - pos:     # an array item takes at least its own 12-byte header
+                raise _Corrupt(f"an array at byte {pos} claims {count} items")
             items = []  # arrays of arrays: rare, parsed slowly
             for _ in range(count):
-                item, pos = value(etype, pos)
+                item, pos = value(etype, pos, depth + 1)
                 items.append(item)
             return items, pos
         try:
@@ -158,12 +169,15 @@ def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, 
         pos += 4 + 8 * n_dims + 12
         infos.append((name, tuple(reversed(dims)), qtype, offset))
 
-    alignment = int(metadata.get("general.alignment", 32))
-    if alignment <= 0 or alignment & (alignment - 1):
-        raise _Corrupt(f"general.alignment {alignment} is not a power of two")
+    alignment = metadata.get("general.alignment", 32)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise _Corrupt(f"general.alignment {alignment!r} is not a power of two")
     data_start = -(-pos // alignment) * alignment
     tensors = {}
     for name, shape, qtype, offset in infos:
+        if offset % alignment:      # llama.cpp refuses these too: the data would be read shifted
+            raise _Corrupt(f"tensor {name!r} starts at data offset {offset}, not a multiple of the "
+                           f"file's alignment ({alignment})")
         tensors[name] = TensorInfo(name, shape, qtype, data_start + offset, _n_bytes(shape, qtype))
     return metadata, tensors
 
@@ -175,7 +189,7 @@ def _n_bytes(shape: tuple[int, ...], qtype: int) -> int:
         return -1
     n = math.prod(shape)
     if shape and shape[-1] % block:
-        raise _Corrupt(f"a row of {shape[-1]} values is not a whole number of {block}-value blocks")
+        return -1       # corrupt, or a type whose rows the model cannot have: said at use
     return n // block * type_size
 
 

@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from engine.model.config import ARCHITECTURES, ModelConfig, RopeScaling, check_weight_shapes
+from engine.model.config import (ARCHITECTURES, INT_LIMITS, ModelConfig, RopeScaling, as_float, as_int,
+                                 check_weight_shapes)
 from engine.errors import ModelLoadError
 from engine.io.names import NameMap
 from engine.io.safetensors_file import SafetensorsFile
 from engine.io.tokenizer import Tokenizer
 from engine.model.source import TensorSource
 
+MAX_JSON_BYTES = 64 << 20   # config.json and the index: a few KB to a few MB in real models
+_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "n_layers", "n_heads")
 _MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 _ARCH_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 _GLOBAL_NAMES = {"model.embed_tokens.weight": "embed", "lm_head.weight": "lm_head", "model.norm.weight": "norm"}
@@ -40,55 +43,91 @@ canonical_name = HF_NAMES.canonical       # and back (None: a tensor the model d
 
 def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig:
     path = folder / "config.json"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelLoadError(f"{path}: cannot read the model config ({e}).") from e
+    raw = read_json_object(path, "the model config")
     archs = raw.get("architectures") or []
-    arch = _MODEL_TYPES.get(raw.get("model_type")) or \
-        next((_ARCH_CLASSES[a] for a in archs if a in _ARCH_CLASSES), None)
+    if not isinstance(archs, list):
+        archs = [archs]
+    model_type = raw.get("model_type")
+    arch = _MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
+    arch = arch or next((_ARCH_CLASSES[a] for a in archs if isinstance(a, str) and a in _ARCH_CLASSES), None)
     if arch is None:
         raise ModelLoadError(
-            f"{path}: model type {raw.get('model_type')!r} ({', '.join(archs) or 'no architectures'}) is not "
+            f"{path}: model type {model_type!r} ({', '.join(map(str, archs)) or 'no architectures'}) is not "
             f"supported; specscope runs {', '.join(ARCHITECTURES)} models (LlamaForCausalLM, "
             "Qwen2ForCausalLM, Qwen3ForCausalLM)."
         )
 
-    def need(key: str) -> Any:
-        if raw.get(key) is None:
-            raise ModelLoadError(f"{path}: config.json lacks {key!r}; the folder is incomplete.")
-        return raw[key]
+    def count(key: str, field: str, default: Any = None) -> int | None:
+        v = raw.get(key, default)
+        if v is None:
+            if default is None and field in _REQUIRED:
+                raise ModelLoadError(f"{path}: config.json lacks {key!r}; the folder is incomplete.")
+            return None
+        return as_int(v, f"{path}: {key}", *INT_LIMITS[field])
 
-    hidden, n_heads = int(need("hidden_size")), int(need("num_attention_heads"))
+    def real(d: dict, key: str, default: float) -> float:
+        v = d.get(key)
+        return default if v is None else as_float(v, f"{path}: {key}")
+
+    hidden, n_heads = count("hidden_size", "hidden_size"), count("num_attention_heads", "n_heads")
     # transformers >= 5 writes rope_parameters {rope_theta, rope_type, ...}; older configs use
     # rope_theta + rope_scaling {type|rope_type, factor, ...}.
-    rope = dict(raw.get("rope_scaling") or {})
-    rope.update(raw.get("rope_parameters") or {})
-    theta = float(rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
-    if raw.get("mlp_bias"):
+    rope: dict = {}
+    for key in ("rope_scaling", "rope_parameters"):
+        part = raw.get(key)
+        if part is not None and not isinstance(part, dict):
+            raise ModelLoadError(f"{path}: {key} is {part!r}; an object like "
+                                 '{"rope_type": "llama3", "factor": 8.0} is needed here.')
+        rope.update(part or {})
+    theta = real(rope, "rope_theta", real(raw, "rope_theta", 10000.0))
+    def flag(key: str) -> bool:
+        v = raw.get(key)
+        if v is None:
+            return False
+        if not isinstance(v, bool):         # "false" as a string would read as true
+            raise ModelLoadError(f"{path}: {key} is {v!r}; true or false is needed here.")
+        return v
+
+    if flag("mlp_bias"):
         raise ModelLoadError(f"{path}: mlp_bias=true is not supported.")
     try:
         return ModelConfig(
             arch=arch,
-            vocab_size=int(need("vocab_size")),
+            vocab_size=count("vocab_size", "vocab_size"),
             hidden_size=hidden,
-            intermediate_size=int(need("intermediate_size")),
-            n_layers=int(need("num_hidden_layers")),
+            intermediate_size=count("intermediate_size", "intermediate_size"),
+            n_layers=count("num_hidden_layers", "n_layers"),
             n_heads=n_heads,
-            n_kv_heads=int(raw.get("num_key_value_heads") or n_heads),
-            head_dim=int(raw.get("head_dim") or hidden // n_heads),
-            rms_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            n_kv_heads=count("num_key_value_heads", "n_kv_heads") or n_heads,
+            head_dim=count("head_dim", "head_dim") or hidden // n_heads,
+            rms_eps=real(raw, "rms_norm_eps", 1e-6),
             rope_theta=theta,
             rope_scaling=_rope_scaling(rope, raw, path),
-            max_context=int(raw.get("max_position_embeddings", 4096)),
-            tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            qkv_bias=arch == "qwen2" or bool(raw.get("attention_bias", False)),
+            max_context=count("max_position_embeddings", "max_context", 4096),
+            tie_embeddings=flag("tie_word_embeddings"),
+            qkv_bias=arch == "qwen2" or flag("attention_bias"),
             qk_norm=arch == "qwen3",
             bos_id=tokenizer.bos_id if tokenizer else raw.get("bos_token_id"),
             eos_ids=tokenizer.eos_ids if tokenizer else (),
         )
     except (ValueError, TypeError) as e:
         raise ModelLoadError(f"{path}: inconsistent model config: {e}") from e
+
+
+def read_json_object(path: Path, what: str) -> dict:
+    """A JSON object from a model folder's file, or one ModelLoadError (missing, not UTF-8, not
+    JSON, nested too deep, not an object)."""
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise ModelLoadError(f"{path}: {path.stat().st_size:,} bytes is too large for {what}.")
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelLoadError(f"{path}: cannot read {what} ({e}).") from e
+    except RecursionError:
+        raise ModelLoadError(f"{path}: cannot read {what} (JSON nested too deeply).") from None
+    if not isinstance(raw, dict):
+        raise ModelLoadError(f"{path}: {what} must be a JSON object, not a {type(raw).__name__}.")
+    return raw
 
 
 def _rope_scaling(rope: dict, raw: dict, path: Path) -> RopeScaling:
@@ -99,27 +138,30 @@ def _rope_scaling(rope: dict, raw: dict, path: Path) -> RopeScaling:
         raise ModelLoadError(f"{path}: partial_rotary_factor={partial} is not supported (RoPE over whole heads).")
     if kind == "default":
         return RopeScaling()
+
+    def num(key: str, default: float | None = None) -> float | None:
+        return None if rope.get(key) is None else as_float(rope[key], f"{path}: rope {key}")
+
+    def count(d: dict, key: str) -> int | None:
+        return None if not d.get(key) else as_int(d[key], f"{path}: {key}", *INT_LIMITS["max_context"])
+
     # transformers' standardize_rope_params: a top-level original_max_position_embeddings wins,
     # then rope's own, then max_position_embeddings
-    original = int(raw.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
-                   or raw.get("max_position_embeddings") or 4096)
+    original = (count(raw, "original_max_position_embeddings") or count(rope, "original_max_position_embeddings")
+                or count(raw, "max_position_embeddings") or 4096)
     if kind == "llama3":
-        return RopeScaling("llama3", float(rope.get("factor", 1.0)), float(rope.get("low_freq_factor", 1.0)),
-                           float(rope.get("high_freq_factor", 4.0)), original)
+        return RopeScaling("llama3", num("factor") or 1.0, num("low_freq_factor") or 1.0,
+                           num("high_freq_factor") or 4.0, original)
     if kind == "linear":
-        return RopeScaling("linear", float(rope.get("factor", 1.0)))
+        return RopeScaling("linear", num("factor") or 1.0)
     if kind == "yarn":
-        factor = rope.get("factor")
+        factor = num("factor")
         if factor is None:      # DeepSeek-V3 style: the ratio of the two context lengths
-            factor = int(raw.get("max_position_embeddings") or original) / original
-
-        def opt(key: str) -> float | None:
-            return None if rope.get(key) is None else float(rope[key])
-
-        return RopeScaling("yarn", float(factor), original_max_position=original,
-                           beta_fast=float(rope.get("beta_fast") or 32), beta_slow=float(rope.get("beta_slow") or 1),
-                           mscale=opt("mscale"), mscale_all_dim=opt("mscale_all_dim"),
-                           attention_factor=opt("attention_factor"), truncate=bool(rope.get("truncate", True)))
+            factor = (count(raw, "max_position_embeddings") or original) / original
+        return RopeScaling("yarn", factor, original_max_position=original,
+                           beta_fast=num("beta_fast") or 32.0, beta_slow=num("beta_slow") or 1.0,
+                           mscale=num("mscale"), mscale_all_dim=num("mscale_all_dim"),
+                           attention_factor=num("attention_factor"), truncate=bool(rope.get("truncate", True)))
     raise ModelLoadError(f"{path}: RoPE scaling {kind!r} is not supported (linear, llama3 and yarn are).")
 
 
@@ -128,18 +170,19 @@ def _weight_files(folder: Path) -> dict[str, Path]:
     index = folder / "model.safetensors.index.json"
     single = folder / "model.safetensors"
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, KeyError, TypeError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as e:
-            raise ModelLoadError(f"{index}: not a valid safetensors index ({e}).") from e
+        weight_map = read_json_object(index, "the safetensors index").get("weight_map")
         if not isinstance(weight_map, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
             raise ModelLoadError(f"{index}: weight_map must map tensor names to file names.")
         files = {name: folder / f for name, f in weight_map.items()}
         for f in set(files.values()):
-            if f.resolve().parent != folder.resolve():
+            try:
+                inside, present = f.resolve().parent == folder.resolve(), f.is_file()
+            except (OSError, ValueError):   # a name with a NUL byte, a loop of links
+                inside, present = False, False
+            if not inside:
                 raise ModelLoadError(f"{index} names {f.name!r} outside the model folder; refusing it.")
-            if not f.is_file():
+            if not present:
                 raise ModelLoadError(f"{f} is missing (listed in {index.name}); download the whole model.")
         return files
     if single.is_file():

@@ -92,4 +92,10 @@ def load_model(path: str | Path | None = None, progress: Progress | None = None)
             f"{source} does not exist. Pass a .gguf file or a Hugging Face model folder "
             "(config.json + model.safetensors) with --model, or leave --model out for the bundled model."
         )
+    if tokenizer.vocab_size > cfg.vocab_size:
+        # a prompt using one of the extra tokens would index past the embedding
+        raise ModelLoadError(
+            f"{source}: the tokenizer has {tokenizer.vocab_size:,} tokens but the embedding only "
+            f"{cfg.vocab_size:,} rows; the tokenizer does not belong to these weights."
+        )
     return LoadedModel(cfg, weights, tokenizer, source, fmt, time.perf_counter() - t0, file_type)

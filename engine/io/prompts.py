@@ -8,18 +8,34 @@ from typing import Any
 
 from engine.assets import ASSETS
 from engine.errors import ParameterError
+from engine.io.chat import check_messages
 DEFAULT_PROMPT_FILE = ASSETS / "prompts" / "default.json"
 
 Prompt = str | list[dict[str, Any]]
+
+
+MAX_PROMPT_BYTES = 64 << 20     # far more than any model's context holds
 
 
 def read_prompt_file(path: str | Path) -> Prompt:
     """`.txt`: raw text, no template. `.json`: a list of chat messages, or an object with a
     `messages` list, rendered with the model's chat template."""
     p = Path(path)
+    if p.is_dir():
+        raise ParameterError(f"prompt file {p} is a folder; give a .txt or .json file")
     if not p.is_file():
         raise ParameterError(f"prompt file {p} does not exist")
-    text = p.read_text(encoding="utf-8")
+    try:
+        size = p.stat().st_size
+        if size > MAX_PROMPT_BYTES:
+            raise ParameterError(f"prompt file {p} is {size:,} bytes, more than any model's context holds "
+                                 f"(the limit is {MAX_PROMPT_BYTES:,})")
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ParameterError(f"prompt file {p} is not UTF-8 text (byte {e.start}: {e.reason}); "
+                             "save it as UTF-8") from None
+    except OSError as e:
+        raise ParameterError(f"cannot read prompt file {p}: {e.strerror or e}") from None
     if p.suffix.lower() != ".json":
         if not text:
             raise ParameterError(f"prompt file {p} is empty")
@@ -28,14 +44,15 @@ def read_prompt_file(path: str | Path) -> Prompt:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ParameterError(f"prompt file {p} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ParameterError(f"prompt file {p}: its JSON is nested too deeply to be chat messages") from None
     messages = data.get("messages") if isinstance(data, dict) else data
-    if (not isinstance(messages, list) or not messages
-            or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages)):
+    if not isinstance(messages, list) or not messages:
         raise ParameterError(
             f"prompt file {p}: expected a list of chat messages ({{\"role\": ..., \"content\": ...}}) "
             "or an object with a \"messages\" list"
         )
-    return messages
+    return check_messages(messages, f"prompt file {p}")
 
 
 def default_prompt() -> Prompt:

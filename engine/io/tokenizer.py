@@ -160,6 +160,13 @@ class Tokenizer:
             raise ModelLoadError(f"{source}: the GGUF lacks tokenizer.ggml.tokens or tokenizer.ggml.merges; "
                                  "re-convert it with a current llama.cpp.")
         types = md.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+        for key, items, kind in (("tokens", tokens, str), ("merges", merges, str), ("token_type", types, int)):
+            if not isinstance(items, list) or not all(isinstance(t, kind) and not isinstance(t, bool) for t in items):
+                raise ModelLoadError(f"{source}: tokenizer.ggml.{key} must be a list of "
+                                     f"{'strings' if kind is str else 'integers'}; the file is corrupt.")
+        if len(types) != len(tokens):
+            raise ModelLoadError(f"{source}: tokenizer.ggml.token_type has {len(types)} entries for "
+                                 f"{len(tokens)} tokens; the file is corrupt.")
         # Tokens are stored in the byte alphabet ('Ġ' for a space); a few files spell some in plain
         # UTF-8, which we respell as transformers does.
         vocab = {}
@@ -168,7 +175,14 @@ class Tokenizer:
         pre = md.get("tokenizer.ggml.pre")
         pre_tokenizer, ignore_merges = _pre_tokenizer(pre)
         pairs = [tuple(m.split(" ", 1)) for m in merges]
-        backend = tokenizers.Tokenizer(BPE(vocab, pairs, ignore_merges=ignore_merges, fuse_unk=False))
+        if not all(len(p) == 2 for p in pairs):
+            raise ModelLoadError(f"{source}: a tokenizer merge is not two tokens separated by a space; "
+                                 "the file is corrupt.")
+        try:
+            backend = tokenizers.Tokenizer(BPE(vocab, pairs, ignore_merges=ignore_merges, fuse_unk=False))
+        except Exception as e:  # tokenizers raises bare Exceptions (a merge naming an unknown token)
+            raise ModelLoadError(f"{source}: the tokenizer's vocabulary and merges do not fit together "
+                                 f"({e}); the file is corrupt.") from e
         backend.pre_tokenizer = pre_tokenizer
         backend.decoder = decoders.ByteLevel()
         # token_type 3 = control (<|im_start|>), 4 = user defined (<think>): matched whole in text.
@@ -178,6 +192,14 @@ class Tokenizer:
                                     for t, k in zip(tokens, types) if k == 3 and set(t) <= _BYTE_ALPHABET])
         backend.add_tokens([AddedToken(t, normalized=False, special=False)
                             for t, k in zip(tokens, types) if k == 4 and t in vocab])
+
+        for key in ("bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id", "unknown_token_id",
+                    "padding_token_id", "add_bos_token"):
+            v = md.get(f"tokenizer.ggml.{key}")
+            flag = key == "add_bos_token"
+            if v is not None and (isinstance(v, bool) != flag or not isinstance(v, int)):
+                raise ModelLoadError(f"{source}: tokenizer.ggml.{key} is {str(v)[:40]!r}; "
+                                     f"{'true or false' if flag else 'a token id'} is needed here. The file is corrupt.")
 
         def token(key: str) -> str | None:
             i = md.get(f"tokenizer.ggml.{key}")
@@ -225,13 +247,19 @@ class Tokenizer:
         added = backend.get_added_tokens_decoder()
         eos += [i for i, t in added.items() if t.special and t.content in _END_OF_GENERATION]
         add_bos = tcfg.get("add_bos_token")
+        if add_bos is not None and not isinstance(add_bos, bool):   # "false" would read as true
+            raise ModelLoadError(f"{tokenizer_config_json}: add_bos_token is {str(add_bos)[:40]!r}; true or "
+                                 "false is needed here.")
         if add_bos is None and bos_id is not None:  # no flag: does tokenizer.json's post-processor add it?
             with_special = backend.encode("a", add_special_tokens=True).ids
             add_bos = len(with_special) > len(backend.encode("a", add_special_tokens=False).ids) \
                 and with_special[0] == bos_id
         template = tcfg.get("chat_template")
         if chat_template_jinja is not None and Path(chat_template_jinja).is_file():
-            template = Path(chat_template_jinja).read_text(encoding="utf-8")
+            try:
+                template = Path(chat_template_jinja).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise ModelLoadError(f"{chat_template_jinja}: cannot read the chat template ({e}).") from e
         if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
             template = named.get("default") or next(iter(named.values()), None)
@@ -252,4 +280,6 @@ def _read_json(path: str | Path | None) -> dict:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelLoadError(f"{path}: not valid JSON ({e}). Download the file again.") from e
+    except RecursionError:
+        raise ModelLoadError(f"{path}: JSON nested too deeply. Download the file again.") from None
     return data if isinstance(data, dict) else {}

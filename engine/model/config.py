@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from engine.errors import ModelLoadError
 
@@ -12,6 +13,44 @@ ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
 
 ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
+
+# Sane ranges for the numbers a model file sizes things from, checked before anything is
+# allocated. For scale, the largest open models: 126 layers, hidden 16,384 (53,248 in the MLP),
+# 128 heads, head size 256, a 262k vocabulary, a 10M-token context.
+INT_LIMITS = {
+    "vocab_size": (1, 1 << 22), "hidden_size": (1, 1 << 16), "intermediate_size": (1, 1 << 18),
+    "n_layers": (1, 1024), "n_heads": (1, 1024), "n_kv_heads": (1, 1024), "head_dim": (2, 1024),
+    "max_context": (2, 1 << 32),
+}
+# RoPE base: below 1 the "frequencies" grow with the dimension; eps: a tiny positive constant.
+FLOAT_LIMITS = {"rope_theta": (1.0, 1e12), "rms_eps": (0.0, 1.0)}
+
+
+def as_int(value: Any, what: str, lo: int | None = None, hi: int | None = None) -> int:
+    """A count read from a model file (`what` names it for the message): an int, or a float
+    with a whole value; never a bool, a string, NaN or infinity. Raises ModelLoadError."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelLoadError(f"{what} is {_show(value)}; a whole number is needed here. "
+                             "The file is corrupt or was not written for this kind of model.")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ModelLoadError(f"{what} is {value:,}, outside the sane range [{lo:,}, {hi:,}]. "
+                             "The file is corrupt or not a model specscope can run.")
+    return value
+
+
+def as_float(value: Any, what: str) -> float:
+    """A real number read from a model file: finite, never a bool or a string."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ModelLoadError(f"{what} is {_show(value)}; a finite number is needed here. "
+                             "The file is corrupt.")
+    return float(value)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True)
@@ -37,6 +76,10 @@ class RopeScaling:
     truncate: bool = True
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"RoPE scaling {f.name} must be finite, got {v}")
         if self.kind not in ROPE_SCALINGS:
             raise ValueError(f"unknown RoPE scaling {self.kind!r}: specscope computes {', '.join(ROPE_SCALINGS)}")
         if not self.factor > 0:
@@ -84,10 +127,18 @@ class ModelConfig:
             raise ValueError(
                 f"unknown architecture {self.arch!r}: specscope runs {', '.join(ARCHITECTURES)}"
             )
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "n_layers", "n_heads",
-                     "n_kv_heads", "head_dim", "max_context"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"model config field {name} must be positive, got {getattr(self, name)}")
+        for name, (lo, hi) in INT_LIMITS.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"model config field {name} must be an integer in [{lo}, {hi}], got {v!r}")
+        for name, (lo, hi) in FLOAT_LIMITS.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v <= hi:
+                raise ValueError(f"model config field {name} must be a number in ({lo:g}, {hi:g}], got {v!r}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if self.bos_id is not None and not (isinstance(self.bos_id, int) and 0 <= self.bos_id < self.vocab_size):
+            raise ValueError(f"bos token id {self.bos_id!r} is not a token of the {self.vocab_size}-token vocabulary")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"

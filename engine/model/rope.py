@@ -91,10 +91,11 @@ def attention_factor(s: RopeScaling) -> float:
     return yarn_attention_factor(s) if s.kind == "yarn" else 1.0
 
 
-def rope_tables(cfg: ModelConfig, device: torch.device | str = "cpu",
-                dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin): [max_context, head_dim] each, scaled, on device in dtype."""
-    t = torch.arange(cfg.max_context, dtype=torch.float32)
+def rope_tables(cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin): [length, head_dim] each, scaled, on device in dtype. `length` (default: the
+    model's context) is what the run needs: a model may claim a context of millions of tokens."""
+    t = torch.arange(cfg.max_context if length is None else min(length, cfg.max_context), dtype=torch.float32)
     freqs = torch.outer(t, inv_freq(cfg))                      # [C, D/2]
     emb = torch.cat([freqs, freqs], dim=-1)                    # [C, D]
     m = attention_factor(cfg.rope_scaling)

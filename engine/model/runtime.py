@@ -218,19 +218,27 @@ class Runtime:
         self.cache: KVCache = self.model.new_cache(capacity or min(self.config.max_context, 2048))
 
     # -- cache management ---------------------------------------------------------------
-    def start(self, needed: int) -> KVCache:
-        """A fresh cache with room for `needed` tokens (prompt + new tokens + window rows)."""
+    def start(self, needed: int, spare: int = 0) -> KVCache:
+        """A fresh cache with room for `needed` tokens (prompt + new tokens), plus up to `spare`
+        window rows where the context allows (a window never takes more rows than are free)."""
         if needed > self.config.max_context:
             raise ParameterError(
                 f"the prompt plus --max-new-tokens needs {needed} tokens, more than the model's "
                 f"context of {self.config.max_context}: shorten the prompt or lower --max-new-tokens"
             )
+        needed = min(self.config.max_context, needed + spare)
         if needed > self.cache.capacity:
             cap = min(self.config.max_context, 1 << (needed - 1).bit_length())
             self.cache = self.model.new_cache(cap)
             self._buckets.clear()      # graphs hold the old cache's addresses
         self.cache.reset()
         return self.cache
+
+    def window_room(self) -> int:
+        """The most rows a window may have now: the cache's free slots (with graphs, the largest
+        bucket that fits, as a window is padded up to its bucket)."""
+        room = self.cache.room()
+        return max((b for b in GRAPH_BUCKETS if b <= room), default=0) if self.use_graphs else room
 
     def warm_up(self) -> None:
         """Capture every graph bucket now (GPU), so no window pays for a capture; with packed
@@ -332,8 +340,11 @@ class Runtime:
         The cache contents do not matter for cost, only its length. The pass writes scratch
         slots [context, context + n_rows) only and the committed length is restored, so a
         probe at context >= the committed length is safe in the middle of a run."""
+        if context + n_rows > self.config.max_context:
+            raise ParameterError(f"a probe pass at context {context:,} with {n_rows} rows needs more than "
+                                 f"the model's context of {self.config.max_context:,}: lower --context")
         if context + n_rows > self.cache.capacity:
-            self.start(context + n_rows + 64)
+            self.start(context + n_rows, spare=64)
         with self.cache.at_length(context):
             synchronize(self.device)
             t0 = time.perf_counter()

@@ -105,7 +105,7 @@ class Transformer:
         # difference visible). Elsewhere (the float32 BLAS path, a GPU without Triton) SDPA
         # with a mask: exact to ~1e-6, which float32 rarely turns into another token.
         self.verify_attention = _verify_attention(self.device, self.cpu_fast)
-        self.cos, self.sin = rope_tables(cfg, self.device, dtype)   # [C, D] each, scaled
+        self.cos, self.sin = rope_tables(cfg, self.device, dtype, length=2048)   # [C, D] each, scaled
 
     @property
     def cpu_fast(self) -> bool:
@@ -153,7 +153,10 @@ class Transformer:
         return self.verify_attention is None
 
     def new_cache(self, capacity: int) -> KVCache:
-        return KVCache(self.cfg, min(capacity, self.cfg.max_context), self.device, self.dtype)
+        capacity = min(capacity, self.cfg.max_context)
+        if capacity > self.cos.shape[0]:   # RoPE tables cover the cache, not the model's whole context
+            self.cos, self.sin = rope_tables(self.cfg, self.device, self.dtype, length=capacity)
+        return KVCache(self.cfg, capacity, self.device, self.dtype)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # one fused kernel where torch has one (it accumulates in float32 for half types)

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from engine.cost.chooser import ArFloor, Choice, WindowChooser
 from engine.cost.probe import card_profile
-from engine.errors import ParameterError
+from engine.errors import NumericalError, ParameterError
 from engine.model.runtime import Runtime
 from engine.speculation import events as E
 from engine.speculation.drafters import Drafter, make_drafter, tree_rows
@@ -120,7 +120,9 @@ class Decoder:
         rt = self.rt
         ids = self.prompt_ids
         self._configure()          # may probe the device's cost profile: before the clock starts
-        rt.start(len(ids) + s.max_new_tokens + MAX_ROWS + 1)
+        # every token the run commits, plus window rows only for a run that drafts (a window
+        # never takes more rows than are free, so a prompt that fits plain decoding runs)
+        rt.start(len(ids) + s.max_new_tokens, spare=MAX_ROWS + 1 if s.draft != "none" else 0)
         rt.warm_up()
         t_start = time.perf_counter()
         rt.prefill(ids[:-1])
@@ -146,6 +148,11 @@ class Decoder:
             scores = rt.verify([root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
                                need_logits=not fast)
             t2 = time.perf_counter()
+            if not bool(scores.top_values[:, 0].isfinite().all()):   # NaN ranks first in topk
+                raise NumericalError(
+                    f"the model's logits are NaN or infinite at position {rt.cache.length}: its weights or "
+                    "metadata are broken" + ("; or float16 overflowed: try --dtype bfloat16 or float32"
+                                             if rt.dtype_name == "float16" else ""))
             outcome = self._verify(tree, scores)
             self.rt.cache.commit(outcome.keep_rows)
             emitted, kinds = list(outcome.emitted), list(outcome.kinds)
@@ -222,7 +229,7 @@ class Decoder:
             return TokenTree.empty(root)
         # never more rows than one pass holds
         rows = tree_rows(plan.depth, plan.width) if self.settings.draft == "tree" else 1 + plan.depth
-        budget = min(MAX_ROWS, rows, self.rt.cache.room() - 1)
+        budget = min(MAX_ROWS, rows, self.rt.window_room())
         return self.drafter.propose(self.index, root, plan.depth, plan.width, budget)
 
     def _verify(self, tree: TokenTree, scores) -> VerifyOutcome:

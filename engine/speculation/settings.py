@@ -56,6 +56,8 @@ class DecodeSettings:
             bad(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
         if self.max_new_tokens < 1:
             bad(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 63:
+            bad(f"--seed must be an integer in [0, 2**63), got {self.seed!r}")
 
     def with_sampling(self, **changes: Any) -> "DecodeSettings":
         """These settings with some sampler fields changed: `s.with_sampling(top_p=0.9)`."""
