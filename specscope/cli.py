@@ -11,7 +11,7 @@ import sys
 from typing import Sequence
 
 from engine.errors import SpecscopeError
-from engine.speculation.settings import DRAFTERS, MATCH_RULES, DecodeSettings
+from engine.speculation.settings import DRAFTERS, MATCH_RULES, USER_DEFAULTS, DecodeSettings
 from specscope.bench import add_bench_args
 from specscope.progress import Progress
 from specscope.roofline import add_roofline_args, run_roofline
@@ -40,7 +40,7 @@ def add_model_args(p: argparse.ArgumentParser, top: bool = True) -> None:
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
-    d = DecodeSettings()
+    d = USER_DEFAULTS              # adaptive with the AR floor: --no-adaptive --no-ar-floor for fixed
     g = p.add_argument_group("prompt")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="raw text to continue (no chat template)")

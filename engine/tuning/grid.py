@@ -8,7 +8,7 @@ and width per window up to those caps, with the AR floor on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.errors import ParameterError
@@ -135,3 +135,20 @@ def parse_ints(flag: str, text: str) -> tuple[int, ...]:
     if not out:
         raise ParameterError(f"{flag} takes comma-separated integers (e.g. 2,4,8), got nothing")
     return out
+
+
+DRAFTING_FIELDS = ("draft", "depth", "width", "ngram_min", "ngram_max", "match", "adaptive", "ar_floor")
+
+
+def with_cell(base: DecodeSettings, cell_settings: dict[str, Any]) -> DecodeSettings:
+    """`base` (its sampling, seed and length kept) with a cell's drafting settings."""
+    return replace(base, **{k: cell_settings[k] for k in DRAFTING_FIELDS if k in cell_settings})
+
+
+def race_settings(spec: str, base: DecodeSettings) -> DecodeSettings:
+    """A race entrant: `ar` (plain decoding) or a cell id, on `base`'s sampling and length."""
+    if spec.strip() in ("ar", "none"):
+        return replace(base, draft="none", adaptive=False, ar_floor=False)
+    cell = parse_cell(spec)
+    s = cell.settings(SweepConfig(ngram_min=base.ngram_min, ngram_max=base.ngram_max, match=base.match))
+    return with_cell(base, s.to_dict())
