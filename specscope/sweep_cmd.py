@@ -13,10 +13,13 @@ command resumes it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
+import time
 from pathlib import Path
 
+from engine.errors import ParameterError
 from engine.io.workloads import SPECBENCH_CATEGORIES, load_workload
 from engine.tuning.export import FORMATS, export_cell
 from engine.tuning.grid import SweepConfig, parse_ints
@@ -45,6 +48,9 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-margin", type=float, default=d.skip_margin,
                    help="skip cells the cost profile predicts below the best so far by more than "
                         "this fraction (0: measure every cell)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads (default: torch's, all cores); on a busy machine 1 avoids "
+                        "threads waiting on each other")
     p.add_argument("--out", required=True, help="folder for sweep.json and sweep.csv (resumed if present)")
 
 
@@ -67,8 +73,14 @@ def run_sweep(a: argparse.Namespace) -> int:
     from engine.session import open_runtime
     from engine.tuning.sweep import Sweep, SweepCancelled
 
+    t0 = time.perf_counter()
     cfg = config_from_args(a)                   # validate before the slow load
     prompts = load_workload(cfg.workload, cfg.per_category, cfg.prompts)
+    if a.threads is not None:
+        if a.threads < 1:
+            raise ParameterError(f"--threads must be >= 1, got {a.threads}")
+        import torch
+        torch.set_num_threads(a.threads)     # before the runtime: its device name counts them
     out = Path(a.out)
     previous = load_sweep(out) if (out / "sweep.json").is_file() else None
     say = Progress()
@@ -87,6 +99,9 @@ def run_sweep(a: argparse.Namespace) -> int:
         print(f"\nspecscope sweep: interrupted; {len(res['cells'])} of {len(res['planned'])} cells "
               f"saved in {out / 'sweep.json'}: run the same command to resume", file=sys.stderr)
         return 130
+    # this command's wall time (load, probe and every cell), and how busy the machine was
+    res["run_wall_s"] = round(time.perf_counter() - t0, 2)
+    res["loadavg_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     js, cs = save_sweep(res, out)
     _print_summary(res)
     print(f"json: {js}\ncsv: {cs}", file=sys.stderr)
@@ -97,7 +112,7 @@ def _print_summary(res: dict) -> None:
     ar = res["ar"]
     print(f"AR: {ar['tok_s']:.1f} tok/s on {res['device']} ({res['dtype']}), "
           f"{len(res['prompts'])} prompts x {res['config']['new_tokens']} tokens, "
-          f"{res['sweep_s']:.0f} s of decoding")
+          f"{res['sweep_s']:.0f} s of decoding, {res.get('run_wall_s', 0):.0f} s in all")
     print(f"{'cell':<22} {'tok/s':>8} {'tok/pass':>9} {'x AR':>6}")
     for c in res["cells"]:
         if c["status"] == "skipped":
@@ -106,6 +121,9 @@ def _print_summary(res: dict) -> None:
             mark = "  <- best" if c["id"] == res["best"] else ""
             print(f"{c['id']:<22} {c['tok_s']:>8.1f} {c['tokens_per_pass']:>9.2f} "
                   f"{c['ratio_to_ar']:>6.2f}{mark}")
+    if ar.get("drift") is not None:
+        print(f"AR after the cells ran at {ar['drift']:.2f}x its speed before them (drift on a shared "
+              "machine moves every ratio by up to that much)")
     print(f"best: {res['best']}; skipped {res['skipped']} cell(s) the cost profile predicted to lose")
     for cid, r in res["adaptive_vs_best"].items():
         print(f"{cid}: {r:.2f} of the best cell")

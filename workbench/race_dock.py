@@ -44,6 +44,7 @@ class _Lane(QWidget):
         self.output.setFont(theme.mono_font(9.5))
         self.stats = QLabel("")
         self.stats.setObjectName("muted")
+        self.stats.setWordWrap(True)
         self.line = QProgressBar()
         self.line.setFormat("%v / %m tokens")
         column(self, row(QLabel(name), (self.spec, 1)), (self.output, 1), self.line, self.stats,

@@ -17,6 +17,10 @@ pass t0 through t = (1 - a^(k+1)) / (1 - a) (Leviathan et al. 2023), the cell's 
 projected to its depth, and priced on the profile, t * ms(1) / ms(rows), scaled by the
 neighbour's measured / modelled ratio. A cell predicted below best * (1 - skip_margin), best
 being the highest ratio measured so far, is skipped and recorded as such.
+
+Drift. AR runs first and, once the cells are done, again: `ar.drift` is the median of the end
+tok/s over the start tok/s per prompt (1.0: the machine kept its speed; on a shared machine a
+drift of 0.8 means every ratio after the start is up to 20% low).
 """
 
 from __future__ import annotations
@@ -153,7 +157,9 @@ class Sweep:
         """The cost profile (the adaptive row and the skip rule price on it), then one untimed
         short run: first kernels, graphs and caches are not any cell's cost."""
         if self.profile is None and (self.cfg.adaptive or self.cfg.skip_margin > 0):
-            self.profile = card_profile(self.rt, progress=self.progress)
+            # re-timed when saved (as the decoder does): a profile probed on a busy machine
+            # would misprice the adaptive row and the skip rule
+            self.profile = card_profile(self.rt, progress=self.progress, check=True)
         self.result["profile"] = getattr(self.profile, "id", None)
         if self.cfg.warmup_tokens:
             s = replace(self.cells[0].settings(self.cfg),
@@ -186,6 +192,8 @@ class Sweep:
             res["cells"].append(entry)
             summarize(res)
             done += 1
+            if i == len(todo) - 1:
+                self._drift()           # before the last step, so its result is the final one
             res["complete"] = done == total
             what = (f"skipped (predicted {entry['predicted_ratio']:.2f}x AR)" if entry["status"] == "skipped"
                     else f"{entry['tok_s']:.1f} tok/s, {entry['tokens_per_pass']:.2f} tok/pass, "
@@ -193,6 +201,14 @@ class Sweep:
             yield SweepStep(res, cell.id, done, total, self._eta(len(todo) - i - 1),
                             f"{cell.id}: {what}")
         res["complete"] = True
+
+    def _drift(self) -> None:
+        """AR once more after the cells: how far the machine's speed moved while they ran (a
+        shared machine drifts; the ratios are against the AR measured before the cells)."""
+        per = self.result["ar"]["per_prompt"]
+        for x in per:
+            x["tok_s_end"] = self._decode(ar_settings(self.cfg), x["prompt"])["tok_s"]
+        self.result["ar"]["drift"] = _median([x["tok_s_end"] / x["tok_s"] for x in per if x["tok_s"]] or [1.0])
 
     def _entry(self, cell: Cell) -> dict[str, Any]:
         s = cell.settings(self.cfg)

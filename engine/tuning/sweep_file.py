@@ -4,7 +4,8 @@ and export.
 sweep.json (one object):
     kind "specscope-sweep", version, date, config (SweepConfig.to_dict), device, dtype, weights,
     model {source, name, format}, profile (the cost profile's id, or null), prompts [{id,
-    category, prompt_tokens}], ar {tok_s, tokens_per_pass, per_prompt [...]}, cells [one entry
+    category, prompt_tokens}], ar {tok_s, tokens_per_pass, per_prompt [...], drift (AR's tok/s
+    after the cells over before)}, cells [one entry
     per finished cell, in the order run: id, draft, depth, width, adaptive, ar_floor, rows,
     settings (DecodeSettings.to_dict), status "done" | "skipped", tok_s, tokens_per_pass,
     ratio_to_ar (medians over prompts; null when skipped), predicted_ratio, skip_reason,

@@ -66,7 +66,8 @@ def test_sweep_writes_every_cell_and_field_and_resumes_after_a_cancel(cpu_runtim
     assert [c["id"] for c in res["cells"]] == planned == res["planned"]
     for cid, c in kept.items():                      # the finished cells are kept as they were
         assert next(x for x in res["cells"] if x["id"] == cid) == c
-    assert res["ar"]["tok_s"] > 0 and len(res["ar"]["per_prompt"]) == 2
+    assert res["ar"]["tok_s"] > 0 and len(res["ar"]["per_prompt"]) == 2 and res["ar"]["drift"] > 0
+    assert all(x["tok_s_end"] > 0 for x in res["ar"]["per_prompt"])
     for c in res["cells"]:
         assert CELL_FIELDS <= set(c), c["id"]
         assert c["status"] == "done" and c["tok_s"] > 0 and c["tokens_per_pass"] >= 1

@@ -56,7 +56,7 @@ class HeatmapView(QWidget):
         self.plot.setMouseEnabled(False, False)
         self.plot.showGrid(False, False)
         self.plot.getViewBox().invertY(True)
-        self.plot.getAxis("left").setWidth(84)
+        self.plot.getAxis("left").setWidth(112)
         self.caption = QLabel("no sweep yet: run one, or load a saved sweep.json")
         self.caption.setObjectName("muted")
         self.caption.setWordWrap(True)
@@ -144,7 +144,8 @@ def caption(result: dict[str, Any]) -> str:
     parts = [f"{result.get('device', '?')}, {len(result.get('prompts', []))} prompts × "
              f"{result.get('config', {}).get('new_tokens', '?')} tokens"]
     if ar.get("tok_s"):
-        parts.append(f"AR {ar['tok_s']:.1f} tok/s")
+        parts.append(f"AR {ar['tok_s']:.1f} tok/s" + (f" (after the cells: {ar['drift']:.2f}x)"
+                                                      if ar.get("drift") is not None else ""))
     if best:
         parts.append(f"best {best['id']}: {best['ratio_to_ar']:.2f}x AR, {best['tok_s']:.1f} tok/s, "
                      f"{best['tokens_per_pass']:.2f} tok/pass")
