@@ -110,17 +110,17 @@ def run_sweep(a: argparse.Namespace) -> int:
 
 def _print_summary(res: dict) -> None:
     ar = res["ar"]
-    print(f"AR: {ar['tok_s']:.1f} tok/s on {res['device']} ({res['dtype']}), "
-          f"{len(res['prompts'])} prompts x {res['config']['new_tokens']} tokens, "
+    print(f"AR: {ar['tok_s']:.1f} tok/s ({ar['decode_tok_s']:.1f} decoding) on {res['device']} "
+          f"({res['dtype']}), {len(res['prompts'])} prompts x {res['config']['new_tokens']} tokens, "
           f"{res['sweep_s']:.0f} s of decoding, {res.get('run_wall_s', 0):.0f} s in all")
-    print(f"{'cell':<22} {'tok/s':>8} {'tok/pass':>9} {'x AR':>6}")
+    print(f"{'cell':<22} {'tok/s':>7} {'decode':>7} {'tok/pass':>9} {'x AR':>6}   (x AR: decode tok/s)")
     for c in res["cells"]:
         if c["status"] == "skipped":
-            print(f"{c['id']:<22} {'skipped':>8} {'':>9} {'':>6}  predicted {c['predicted_ratio']:.2f}x")
+            print(f"{c['id']:<22} {'skipped':>7} {'':>7} {'':>9} {'':>6}  predicted {c['predicted_ratio']:.2f}x")
         else:
             mark = "  <- best" if c["id"] == res["best"] else ""
-            print(f"{c['id']:<22} {c['tok_s']:>8.1f} {c['tokens_per_pass']:>9.2f} "
-                  f"{c['ratio_to_ar']:>6.2f}{mark}")
+            print(f"{c['id']:<22} {c['tok_s']:>7.1f} {c['decode_tok_s']:>7.1f} "
+                  f"{c['tokens_per_pass']:>9.2f} {c['ratio_to_ar']:>6.2f}{mark}")
     if ar.get("drift") is not None:
         print(f"AR after the cells ran at {ar['drift']:.2f}x its speed before them (drift on a shared "
               "machine moves every ratio by up to that much)")

@@ -6,7 +6,9 @@ of a workload, measured against plain decoding (AR) on the same prompts.
         save_sweep(step.result, dir)     # always a valid, complete-so-far file
         print(step.message, step.eta_s)
 
-Per cell and prompt: tok/s, tokens per verify pass, and the ratio of its tok/s to AR's on that
+Per cell and prompt: tok/s (prefill included, as `generate --json` reports it), decode tok/s
+(the tokens after the first window over the time after it: the prefill, the same for every
+cell, left out), tokens per verify pass, and the ratio of its decode tok/s to AR's on that
 prompt; the cell's figures are the medians over the prompts. Greedy outputs are compared with
 AR's token for token (`identical_to_ar`). A finished cell is never run again: a sweep handed its
 own earlier result resumes where it stopped.
@@ -20,7 +22,7 @@ being the highest ratio measured so far, is skipped and recorded as such.
 
 Drift. AR runs first and, once the cells are done, again: `ar.drift` is the median of the end
 tok/s over the start tok/s per prompt (1.0: the machine kept its speed; on a shared machine a
-drift of 0.8 means every ratio after the start is up to 20% low).
+drift of 0.8 means every ratio after the start is up to 20% high or low).
 """
 
 from __future__ import annotations
@@ -141,9 +143,18 @@ class Sweep:
         dec = Decoder(self.rt, self.ids[pid], settings, stop=self.stop, detail=False,
                       profile=self.profile if settings.adaptive else None)
         dec.progress = self.progress
-        r = dec.run()
+        first: tuple[float, int] | None = None      # (seconds, tokens) at the first window's end
+        for ev in dec.windows():
+            if first is None:
+                first = (ev.stats.elapsed_s, ev.stats.new_tokens)
+        r = dec.report()
         if r["finish_reason"] == "stopped":
             raise SweepCancelled()
+        # decoding alone: the tokens after the first window over the time after it (the prefill,
+        # the same for every cell, is left out, so short runs on long prompts still tell cells apart)
+        after_s = r["wall_s"] - first[0] if first else 0.0
+        r["decode_tok_s"] = (round((r["new_tokens"] - first[1]) / after_s, 3)
+                             if first and after_s > 0 and r["new_tokens"] > first[1] else r["tok_s"])
         self._runs_s.append(time.perf_counter() - t0)
         self.result["sweep_s"] = round(self.result.get("sweep_s", 0.0) + self._runs_s[-1], 3)
         return r
@@ -178,9 +189,11 @@ class Sweep:
             per = []
             for p in self.prompts:
                 r = self._decode(ar_settings(self.cfg), p.id)
-                per.append({"prompt": p.id, "tok_s": r["tok_s"], "tokens_per_pass": r["tokens_per_pass"],
-                            "new_tokens": r["new_tokens"], "wall_s": r["wall_s"], "tokens": r["tokens"]})
+                per.append({"prompt": p.id, "tok_s": r["tok_s"], "decode_tok_s": r["decode_tok_s"],
+                        "tokens_per_pass": r["tokens_per_pass"], "new_tokens": r["new_tokens"],
+                        "wall_s": r["wall_s"], "tokens": r["tokens"]})
             res["ar"] = {"tok_s": _median([x["tok_s"] for x in per]),
+                         "decode_tok_s": _median([x["decode_tok_s"] for x in per]),
                          "tokens_per_pass": _median([x["tokens_per_pass"] for x in per]),
                          "per_prompt": per}
             done += 1
@@ -207,8 +220,9 @@ class Sweep:
         shared machine drifts; the ratios are against the AR measured before the cells)."""
         per = self.result["ar"]["per_prompt"]
         for x in per:
-            x["tok_s_end"] = self._decode(ar_settings(self.cfg), x["prompt"])["tok_s"]
-        self.result["ar"]["drift"] = _median([x["tok_s_end"] / x["tok_s"] for x in per if x["tok_s"]] or [1.0])
+            x["decode_tok_s_end"] = self._decode(ar_settings(self.cfg), x["prompt"])["decode_tok_s"]
+        self.result["ar"]["drift"] = _median([x["decode_tok_s_end"] / x["decode_tok_s"] for x in per
+                                              if x["decode_tok_s"]] or [1.0])
 
     def _entry(self, cell: Cell) -> dict[str, Any]:
         s = cell.settings(self.cfg)
@@ -244,12 +258,15 @@ class Sweep:
             r = self._decode(s, p.id)
             base = ar[p.id]
             e["per_prompt"].append({
-                "prompt": p.id, "tok_s": r["tok_s"], "tokens_per_pass": r["tokens_per_pass"],
-                "ratio_to_ar": round(r["tok_s"] / base["tok_s"], 4) if base["tok_s"] else None,
+                "prompt": p.id, "tok_s": r["tok_s"], "decode_tok_s": r["decode_tok_s"],
+                "tokens_per_pass": r["tokens_per_pass"],
+                "ratio_to_ar": (round(r["decode_tok_s"] / base["decode_tok_s"], 4)
+                                if base["decode_tok_s"] else None),
                 "new_tokens": r["new_tokens"], "wall_s": r["wall_s"],
                 "identical_to_ar": r["tokens"] == base["tokens"]})
         pp = e["per_prompt"]
         e["tok_s"] = _median([x["tok_s"] for x in pp])
+        e["decode_tok_s"] = _median([x["decode_tok_s"] for x in pp])
         e["tokens_per_pass"] = _median([x["tokens_per_pass"] for x in pp])
         e["ratio_to_ar"] = _median([x["ratio_to_ar"] for x in pp if x["ratio_to_ar"] is not None] or [0.0])
         return e

@@ -7,8 +7,8 @@ sweep.json (one object):
     category, prompt_tokens}], ar {tok_s, tokens_per_pass, per_prompt [...], drift (AR's tok/s
     after the cells over before)}, cells [one entry
     per finished cell, in the order run: id, draft, depth, width, adaptive, ar_floor, rows,
-    settings (DecodeSettings.to_dict), status "done" | "skipped", tok_s, tokens_per_pass,
-    ratio_to_ar (medians over prompts; null when skipped), predicted_ratio, skip_reason,
+    settings (DecodeSettings.to_dict), status "done" | "skipped", tok_s, decode_tok_s,
+    tokens_per_pass, ratio_to_ar (of decode tok/s; medians over prompts; null when skipped), predicted_ratio, skip_reason,
     per_prompt [...]], planned (every cell id of the grid), best (the id of the fixed cell with
     the highest ratio to AR), adaptive_vs_best {cell id: its ratio / the best's}, skipped (how
     many cells were skipped), complete, sweep_s.
@@ -31,7 +31,7 @@ from engine.tuning.grid import Cell, parse_cell
 KIND = "specscope-sweep"
 VERSION = 1
 CSV_FIELDS = ("id", "draft", "depth", "width", "adaptive", "ar_floor", "rows", "status", "tok_s",
-              "tokens_per_pass", "ratio_to_ar", "predicted_ratio", "skip_reason")
+              "decode_tok_s", "tokens_per_pass", "ratio_to_ar", "predicted_ratio", "skip_reason")
 
 
 def save_sweep(result: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
@@ -42,7 +42,8 @@ def save_sweep(result: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]
     _atomic(js, json.dumps(result, indent=1, ensure_ascii=False))
     rows = [{"id": "ar", "draft": "none", "depth": 0, "width": 1, "adaptive": False,
              "ar_floor": False, "rows": 1, "status": "done" if result.get("ar") else "pending",
-             "tok_s": (result.get("ar") or {}).get("tok_s"), "tokens_per_pass": 1.0 if result.get("ar") else None,
+             "tok_s": (result.get("ar") or {}).get("tok_s"),
+             "decode_tok_s": (result.get("ar") or {}).get("decode_tok_s"), "tokens_per_pass": 1.0 if result.get("ar") else None,
              "ratio_to_ar": 1.0 if result.get("ar") else None}]
     rows += [{k: c.get(k) for k in CSV_FIELDS} for c in result.get("cells", [])]
     tmp = cs.with_name(cs.name + ".tmp")

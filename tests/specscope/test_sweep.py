@@ -14,7 +14,7 @@ import pytest
 from sweep_helpers import cpu_like_profile, workload_file
 
 CELL_FIELDS = {"id", "draft", "depth", "width", "adaptive", "ar_floor", "rows", "settings", "status",
-               "tok_s", "tokens_per_pass", "ratio_to_ar", "predicted_ratio", "skip_reason", "per_prompt"}
+               "tok_s", "decode_tok_s", "tokens_per_pass", "ratio_to_ar", "predicted_ratio", "skip_reason", "per_prompt"}
 TOP_FIELDS = {"kind", "version", "config", "device", "dtype", "weights", "model", "profile", "prompts",
               "ar", "cells", "planned", "best", "adaptive_vs_best", "skipped", "complete", "sweep_s"}
 
@@ -67,7 +67,7 @@ def test_sweep_writes_every_cell_and_field_and_resumes_after_a_cancel(cpu_runtim
     for cid, c in kept.items():                      # the finished cells are kept as they were
         assert next(x for x in res["cells"] if x["id"] == cid) == c
     assert res["ar"]["tok_s"] > 0 and len(res["ar"]["per_prompt"]) == 2 and res["ar"]["drift"] > 0
-    assert all(x["tok_s_end"] > 0 for x in res["ar"]["per_prompt"])
+    assert all(x["decode_tok_s_end"] > 0 for x in res["ar"]["per_prompt"])
     for c in res["cells"]:
         assert CELL_FIELDS <= set(c), c["id"]
         assert c["status"] == "done" and c["tok_s"] > 0 and c["tokens_per_pass"] >= 1
@@ -75,7 +75,8 @@ def test_sweep_writes_every_cell_and_field_and_resumes_after_a_cancel(cpu_runtim
         # lossless: greedy speculation changes the cost of a token, never the token
         assert all(p["identical_to_ar"] for p in c["per_prompt"]), c["id"]
         # the cell's ratio is the median of its per-prompt ratios to AR on the same prompt
-        ratios = sorted(p["tok_s"] / a["tok_s"] for p, a in zip(c["per_prompt"], res["ar"]["per_prompt"]))
+        ratios = sorted(p["decode_tok_s"] / a["decode_tok_s"]
+                        for p, a in zip(c["per_prompt"], res["ar"]["per_prompt"]))
         assert c["ratio_to_ar"] == pytest.approx(sum(ratios) / 2, rel=1e-3)
         assert c["settings"]["draft"] == c["draft"] and c["settings"]["depth"] == c["depth"]
         assert c["settings"]["adaptive"] == c["adaptive"] == c["ar_floor"]
@@ -135,8 +136,8 @@ def test_a_sweep_skips_the_cells_predicted_to_lose_and_says_how_many(cpu_runtime
                                 device=cpu_runtime.device_name, model=cpu_runtime.model_id,
                                 dtype=cpu_runtime.dtype_name, context=512, source="tests")
     head = Sweep(cpu_runtime, cfg, prompts, profile=steep).result
-    ar = [{"prompt": p.id, "tok_s": 10.0, "tokens_per_pass": 1.0, "new_tokens": 6, "wall_s": 0.6,
-           "tokens": []} for p in prompts]
+    ar = [{"prompt": p.id, "tok_s": 10.0, "decode_tok_s": 12.0, "tokens_per_pass": 1.0,
+           "new_tokens": 6, "wall_s": 0.6, "tokens": []} for p in prompts]
     near = {"id": "lookup:2:1", "draft": "lookup", "depth": 2, "width": 1, "adaptive": False,
             "ar_floor": False, "rows": 3, "settings": {}, "status": "done", "tok_s": 10.0,
             "tokens_per_pass": 1.1, "ratio_to_ar": 1.0, "predicted_ratio": None,
