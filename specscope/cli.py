@@ -1,4 +1,4 @@
-"""`specscope` command line: the workbench (no subcommand), generate, roofline, bench.
+"""`specscope` command line: the workbench (no subcommand), generate, roofline, bench, sweep, export.
 
 Errors a user can fix (engine.errors.SpecscopeError) print one line and exit 2, no traceback.
 """
@@ -11,10 +11,11 @@ import sys
 from typing import Sequence
 
 from engine.errors import SpecscopeError
-from engine.speculation.settings import DRAFTERS, MATCH_RULES, DecodeSettings
+from engine.speculation.settings import DRAFTERS, MATCH_RULES, USER_DEFAULTS, DecodeSettings
 from specscope.bench import add_bench_args
 from specscope.progress import Progress
 from specscope.roofline import add_roofline_args, run_roofline
+from specscope.sweep_cmd import add_export_args, add_sweep_args
 
 
 COMMON_DEFAULTS = {"model": None, "device": "auto", "dtype": "auto", "weights": "auto"}
@@ -39,7 +40,7 @@ def add_model_args(p: argparse.ArgumentParser, top: bool = True) -> None:
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
-    d = DecodeSettings()
+    d = USER_DEFAULTS              # adaptive with the AR floor: --no-adaptive --no-ar-floor for fixed
     g = p.add_argument_group("prompt")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="raw text to continue (no chat template)")
@@ -131,6 +132,16 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return run_bench(a)
 
 
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from specscope.sweep_cmd import run_sweep
+    return run_sweep(a)
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from specscope.sweep_cmd import run_export
+    return run_export(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One parser for the window (no subcommand) and every subcommand."""
     p = argparse.ArgumentParser(
@@ -161,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(b, top=False)
     add_bench_args(b)
     b.set_defaults(func=cmd_bench)
+    sw = sub.add_parser("sweep", help="decode a grid of drafter x depth x width; DIR/sweep.json and .csv")
+    add_model_args(sw, top=False)
+    add_sweep_args(sw)
+    sw.set_defaults(func=cmd_sweep)
+    ex = sub.add_parser("export", help="a sweep's best (or chosen) cell for us, llama.cpp or vLLM")
+    add_export_args(ex)
+    ex.set_defaults(func=cmd_export)
     return p
 
 

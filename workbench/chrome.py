@@ -18,8 +18,9 @@ from workbench.widgets import column
 
 H, V = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
 DOCK_TITLES = {"controls": "Controls", "tree": "Token tree", "rows": "Verify rows",
-               "penalty": "Penalty history", "output": "Output", "roofline": "Roofline", "stats": "Stats"}
-VIEW_MENU = ("tree", "rows", "penalty", "roofline", "stats", "output", "controls")
+               "penalty": "Penalty history", "output": "Output", "roofline": "Roofline", "stats": "Stats",
+               "sweep": "Sweep", "race": "Race"}
+VIEW_MENU = ("tree", "rows", "penalty", "roofline", "stats", "output", "controls", "sweep", "race")
 
 STATE_COLOR = {"running": theme.GREEN, "paused": theme.AMBER, "starting": theme.ACCENT,
                "loading": theme.ACCENT, "probing": theme.ACCENT}
@@ -72,6 +73,11 @@ class Docks:
         for a, b, orientation in (("controls", "tree", H), ("tree", "roofline", H), ("tree", "rows", V),
                                   ("rows", "penalty", V), ("penalty", "output", H), ("roofline", "stats", V)):
             win.splitDockWidget(self.by_name[a], self.by_name[b], orientation)
+        # the tuning docks share the stats' place, as tabs behind it
+        for name in ("sweep", "race"):
+            if name in self.by_name:
+                win.tabifyDockWidget(self.by_name["stats"], self.by_name[name])
+        self.by_name["stats"].raise_()
 
     def __getitem__(self, name: str) -> QDockWidget:
         return self.by_name[name]

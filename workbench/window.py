@@ -17,15 +17,17 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow
 
 from engine.errors import ParameterError, SpecscopeError
 from engine.speculation.events import WindowEvent
-from engine.speculation.settings import DecodeSettings
+from engine.speculation.settings import USER_DEFAULTS, DecodeSettings
 
 from workbench import chrome, engine_api
 from workbench.controls import ControlsPanel
 from workbench.frames import FramePacer
 from workbench.pyside_fix import guard_singletons
+from workbench.race_dock import RaceDock
 from workbench.recording import load_recording, save_recording
 from workbench.run_control import RunController
 from workbench.store import EventStore
+from workbench.sweep_dock import SweepDock
 from workbench.views.base import Shown, interesting_row
 from workbench.views.output import OutputDock
 from workbench.views.penalty import PenaltyView
@@ -75,7 +77,7 @@ class MainWindow(QMainWindow):
         chrome.build_menus(self, self.acts, self.docks)
         self.status = chrome.StatusLine(self)
         self._connect()
-        self.controls.set_settings(settings or DecodeSettings())
+        self.controls.set_settings(settings or USER_DEFAULTS)
         if prompt is not None:
             self.prompt_editor.set_prompt(prompt, "command line")
         else:
@@ -103,11 +105,13 @@ class MainWindow(QMainWindow):
         self.controls = ControlsPanel()
         self.banner = Banner()
         self.timeline = Timeline()
+        self.sweep = SweepDock(self._job_context, self._free_model)
+        self.race = RaceDock(self._job_context, self._race_base, self._free_model)
         # in drawing order; every one is handed the same Shown (workbench.views.base)
         self.views = (self.tree, self.rows, self.penalty, self.output, self.roofline, *self.stats.parts)
         self.docks = chrome.Docks(self, controls=self.controls, tree=self.tree, rows=self.rows,
                                   penalty=self.penalty, output=self.output_dock, roofline=self.roofline,
-                                  stats=self.stats)
+                                  stats=self.stats, sweep=self.sweep, race=self.race)
         self._sized = False
 
     def showEvent(self, e) -> None:
@@ -132,6 +136,10 @@ class MainWindow(QMainWindow):
         self.tree.row_selected.connect(self.select_row)
         self.rows.row_selected.connect(self.select_row)
         self.prompt_editor.error.connect(lambda m: self.show_error(m, "Prompt"))
+        self.sweep.apply_cell.connect(self.apply_cell)
+        self.sweep.race_cells.connect(self.race_cells)
+        self.sweep.error.connect(lambda m: self.show_error(m, "Sweep"))
+        self.race.error.connect(lambda m: self.show_error(m, "Race"))
 
     # ---- run control --------------------------------------------------------------------------
     def start_run(self, *, paused: bool = False, max_windows: int | None = None) -> bool:
@@ -191,6 +199,33 @@ class MainWindow(QMainWindow):
     def reset(self) -> None:
         self.run.stop()
         self.start_run()
+
+    # ---- sweep and race (they take the model while the live run is stopped) -------------------
+    def _job_context(self):
+        return self.spec, self.card_profile
+
+    def _free_model(self) -> None:
+        self.run.stop()
+
+    def _race_base(self):
+        return self.prompt_editor.prompt(), self.controls.settings()
+
+    def apply_cell(self, cell: dict) -> DecodeSettings:
+        """Use a sweep cell's drafting settings (sampling and length kept): the live run takes
+        them at its next window, and the next run starts with them."""
+        from engine.tuning.grid import with_cell
+        s = with_cell(self.controls.valid_settings(), cell["settings"])
+        self.controls.set_settings(s)
+        self._on_settings(s)
+        self.status.say(f"applied sweep cell {cell['id']} ({cell['ratio_to_ar']:.2f}x AR in the sweep)"
+                        + (": the next window uses it" if self.run.busy else ""))
+        return s
+
+    def race_cells(self, a: str, b: str) -> None:
+        self.race.set_entrants(a, b)
+        self.docks["race"].show()
+        self.docks["race"].raise_()
+        self.race.start()
 
     # ---- what the worker reports --------------------------------------------------------------
     def _on_runtime(self, info: dict) -> None:
@@ -373,6 +408,8 @@ class MainWindow(QMainWindow):
     # ---- shutdown -----------------------------------------------------------------------------
     def _shutdown_worker(self) -> None:
         self._timer.stop()
+        self.sweep.shutdown()
+        self.race.shutdown()
         if not self.worker.shutdown(2000):
             self.worker.wait(3000)
 

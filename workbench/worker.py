@@ -16,8 +16,8 @@ import queue
 import threading
 import time
 import traceback
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 from PySide6.QtCore import QThread, Signal
 
@@ -56,6 +56,19 @@ def preload_runtime(spec: RuntimeSpec, rt) -> None:
     """Hand an already loaded runtime to every worker (tests and benchmarks load it once)."""
     with _RUNTIME_LOCK:
         _RUNTIME["rt"], _RUNTIME["spec"] = rt, spec
+
+
+def shared_runtime(spec: RuntimeSpec, progress: Callable[[str, float], None]):
+    """The process's one loaded model for `spec`, loaded now if another (or none) is loaded.
+    Call it holding _RUNTIME_LOCK: a run, a sweep and a race all drive the same model."""
+    if _RUNTIME["rt"] is not None and _RUNTIME["spec"] == spec:
+        return _RUNTIME["rt"]
+    _RUNTIME["rt"] = _RUNTIME["spec"] = None      # free the old model before loading
+    rt = engine_api.open_runtime(spec.model, spec.device, spec.dtype, progress=progress,
+                                 weights=spec.weights)
+    _RUNTIME["rt"], _RUNTIME["spec"] = rt, spec
+    progress("model ready", 1.0)
+    return rt
 
 
 class _Cancelled(Exception):
@@ -186,15 +199,9 @@ class SessionWorker(QThread):
 
     def _runtime(self, spec: RuntimeSpec):
         t0 = time.perf_counter()
-        if _RUNTIME["rt"] is not None and _RUNTIME["spec"] == spec:
-            rt = _RUNTIME["rt"]
-        else:
+        if _RUNTIME["rt"] is None or _RUNTIME["spec"] != spec:
             self._set_state("loading")
-            _RUNTIME["rt"] = _RUNTIME["spec"] = None      # free the old model before loading
-            rt = engine_api.open_runtime(spec.model, spec.device, spec.dtype, progress=self._progress,
-                                         weights=spec.weights)
-            _RUNTIME["rt"], _RUNTIME["spec"] = rt, spec
-            self.progress.emit("model ready", 1.0)
+        rt = shared_runtime(spec, self._progress)
         self.runtime_ready.emit({"model": engine_api.model_name(rt), "device": rt.device_name,
                                  "dtype": rt.dtype_name, "weights": rt.weights_label,
                                  "load_s": time.perf_counter() - t0})
@@ -210,10 +217,18 @@ class SessionWorker(QThread):
                 self._profiles[req.spec] = profile
         if req.spec in self._profiles:
             self.profile_ready.emit(self._profiles[req.spec])
+        profile = self._profiles.get(req.spec)
+        settings = req.settings
+        if settings.adaptive and settings.draft != "none" and profile is None and not req.probe:
+            # adaptive prices windows on the card's cost profile; with none saved and probing
+            # off (--no-probe) this run keeps the fixed depth and width, and says so
+            settings = replace(settings, adaptive=False)
+            self.progress.emit("adaptive off for this run: no saved cost profile for this card "
+                               "and probing is off", 1.0)
         ids = engine_api.encode_prompt(rt, req.prompt)
-        dec = engine_api.Decoder(rt, ids, req.settings, controls=self._controls, stop=self._stop)
+        dec = engine_api.Decoder(rt, ids, settings, controls=self._controls, stop=self._stop)
         self.run_started.emit(req.run_id, {
-            "settings": req.settings.to_dict(), "model": engine_api.model_name(rt),
+            "settings": settings.to_dict(), "model": engine_api.model_name(rt),
             "device": rt.device_name, "dtype": rt.dtype_name, "weights": rt.weights_label,
             "prompt": req.prompt, "prompt_tokens": len(ids)})
         gen = dec.windows()

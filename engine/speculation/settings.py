@@ -76,3 +76,11 @@ class DecodeSettings:
         nested = d.get("sampling") or {}
         sampling = {k: d[k] if k in d else nested[k] for k in SAMPLING_FIELDS if k in d or k in nested}
         return cls(sampling=SamplingConfig(**sampling), **{k: v for k, v in d.items() if k in own})
+
+
+# What a user gets without choosing: the window's and the command line's defaults. Adaptive
+# windows priced on the device's cost profile, with the AR floor, so a first run speculates only
+# as far as this device pays for it (a fixed depth 8 x width 3 tree ran 0.99x AR on a 2-core CPU
+# where adaptive ran 1.38x). DecodeSettings() itself stays fixed-depth: the library's explicit
+# form, which tests and benchmarks pin.
+USER_DEFAULTS = DecodeSettings(adaptive=True, ar_floor=True)

@@ -26,12 +26,13 @@ def test_generate_json_is_our_greedy_output_with_a_consistent_report(cpu_runtime
     from engine.speculation.settings import DecodeSettings
 
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
+    # fixed depth and width, pinned: the defaults are adaptive (tested below)
     r = specscope("generate", "--device", "cpu", "--weights", "dequantized", "--draft", "tree",
-                  "--max-new-tokens", "12", "--prompt", prompt, "--json")
+                  "--no-adaptive", "--no-ar-floor", "--max-new-tokens", "12", "--prompt", prompt, "--json")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert set(REPORT_FIELDS) <= set(report)
-    assert report["config"]["draft"] == "tree"
+    assert report["config"]["draft"] == "tree" and not report["config"]["adaptive"]
     assert report["dtype"] == "float32" and report["device"].startswith("CPU")
     # the text is the tokens, decoded; the tokens are what plain greedy decoding gives (a tree
     # draft changes the cost of a token, never the token)
@@ -105,6 +106,15 @@ def test_one_parser_keeps_common_options_before_or_after_the_subcommand() -> Non
     assert a.weights == "dequantized" and a.model is None
     a = p.parse_args(["--no-probe", "--windows", "3"])          # the window's own options
     assert a.no_probe and a.windows == 3 and a.command is None
+
+
+def test_adaptive_with_the_ar_floor_is_the_default_and_no_adaptive_turns_it_off() -> None:
+    from specscope.cli import build_parser, settings_from_args
+    p = build_parser()
+    s = settings_from_args(p.parse_args(["generate"]))
+    assert s.adaptive and s.ar_floor and s.draft == "tree"
+    s = settings_from_args(p.parse_args(["generate", "--no-adaptive", "--no-ar-floor"]))
+    assert not s.adaptive and not s.ar_floor
 
 
 def test_bad_weights_option_is_one_clear_line() -> None:

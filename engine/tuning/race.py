@@ -1,0 +1,110 @@
+"""A race: two decode settings on one prompt, on the one device, taking turns window by window.
+
+Sharing the device: the side that has used less device time so far runs its next window (a
+fair-share scheduler), so at every moment both have had about the same time on the device, and
+each output's length is what that setting makes of an equal share. The finish line is the
+request's --max-new-tokens (or the end of text); the first side to cross it wins. Each side's
+tok/s is its tokens over its own device time (the other side's turns are not counted against
+it), the figure it would show running alone, up to the cost of switching.
+
+Each side decodes into its own KV cache (and, on a GPU, its own captured graphs, which hold
+their cache's addresses): the runtime's are swapped in for the side whose turn it is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from engine.model.runtime import Runtime
+from engine.speculation.decoder import Decoder
+from engine.speculation.events import WindowEvent
+from engine.speculation.settings import DecodeSettings
+
+
+@dataclass(frozen=True)
+class RaceUpdate:
+    side: int                    # 0 or 1: whose window this was
+    event: WindowEvent
+    text: str                    # the side's output so far
+    new_tokens: int
+    tok_s: float                 # new tokens / the side's own device time
+    tokens_per_pass: float
+    device_s: tuple[float, float]  # each side's device time so far
+    finished: tuple[bool, bool]
+    winner: int | None           # the first side over the finish line (None: nobody yet)
+
+
+class _Side:
+    def __init__(self, rt: Runtime, ids: list[int], settings: DecodeSettings,
+                 stop: threading.Event, profile, cache, buckets: dict) -> None:
+        self.decoder = Decoder(rt, ids, settings, stop=stop, detail=False,
+                               profile=profile if settings.adaptive else None)
+        self.windows = self.decoder.windows()
+        self.cache, self.buckets = cache, buckets
+        self.device_s = 0.0
+        self.finished = False
+
+
+class Race:
+    def __init__(self, rt: Runtime, prompt_ids: list[int], a: DecodeSettings, b: DecodeSettings,
+                 stop: threading.Event | None = None, profile=None) -> None:
+        self.rt = rt
+        self.stop = stop or threading.Event()
+        # side 0 keeps the runtime's own cache; side 1 gets one of the same size
+        own = (rt.cache, rt._buckets)
+        other = (rt.model.new_cache(rt.cache.capacity), {})
+        self.sides = [_Side(rt, prompt_ids, s, self.stop, profile, c, g)
+                      for s, (c, g) in zip((a, b), (own, other))]
+        self.winner: int | None = None
+
+    def _turn(self, i: int) -> WindowEvent | None:
+        """One window of side i on its own cache; None when its decoder has ended."""
+        rt, side = self.rt, self.sides[i]
+        rt.cache, rt._buckets = side.cache, side.buckets
+        t0 = time.perf_counter()
+        try:
+            ev = next(side.windows)
+        except StopIteration:
+            ev = None
+        finally:
+            side.device_s += time.perf_counter() - t0
+            # the decoder may have grown the cache (and dropped the graphs): keep what it left
+            side.cache, side.buckets = rt.cache, rt._buckets
+        return ev
+
+    def updates(self) -> Iterator[RaceUpdate]:
+        try:
+            while not self.stop.is_set():
+                running = [i for i, s in enumerate(self.sides) if not s.finished]
+                if not running:
+                    return
+                i = min(running, key=lambda j: self.sides[j].device_s)
+                ev = self._turn(i)
+                side = self.sides[i]
+                if ev is None or ev.finished:
+                    side.finished = True
+                    if self.winner is None and side.decoder.finish_reason != "stopped":
+                        self.winner = i
+                if ev is None:
+                    continue
+                dec = side.decoder
+                n = len(dec.new_tokens)
+                yield RaceUpdate(
+                    side=i, event=ev, text=self.rt.tokenizer.decode(dec.new_tokens, skip_special_tokens=True),
+                    new_tokens=n, tok_s=n / side.device_s if side.device_s > 0 else 0.0,
+                    tokens_per_pass=n / dec.windows_done if dec.windows_done else 0.0,
+                    device_s=(self.sides[0].device_s, self.sides[1].device_s),
+                    finished=(self.sides[0].finished, self.sides[1].finished), winner=self.winner)
+        finally:
+            for s in self.sides:
+                s.windows.close()
+            self.rt.cache, self.rt._buckets = self.sides[0].cache, self.sides[0].buckets
+
+    def report(self) -> dict[str, Any]:
+        return {"winner": self.winner,
+                "sides": [{"settings": s.decoder.settings.to_dict(), "new_tokens": len(s.decoder.new_tokens),
+                           "device_s": round(s.device_s, 4), "windows": s.decoder.windows_done,
+                           "finish_reason": s.decoder.finish_reason} for s in self.sides]}

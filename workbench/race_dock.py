@@ -1,0 +1,183 @@
+"""The Race dock: two settings on one prompt, side by side, outputs growing live.
+
+How the device is shared: the two take turns on the one device, window by window; whichever
+has used less device time so far runs its next window (engine.tuning.race), so both always
+have had about the same share. tok/s counts each side's own device time. The bar under each
+output is the run toward the finish line (the prompt's max tokens); the first across wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QWidget
+
+from engine.errors import SpecscopeError
+
+from workbench import theme
+from workbench.jobs import JobWorker
+from workbench.widgets import column, row
+
+SHARING = ("The two take turns on the one device, window by window: whichever has used less "
+           "device time runs next, so both get an equal share. tok/s counts each side's own time.")
+
+
+def race_job(prompt, a, b, profile):
+    def run(rt, stop, emit, progress):
+        from engine.io.prompts import encode_prompt
+        from engine.tuning.race import Race
+        race = Race(rt, encode_prompt(rt.tokenizer, prompt), a, b, stop=stop, profile=profile)
+        for update in race.updates():
+            emit(update)
+        return race.report()
+    return run
+
+
+class _Lane(QWidget):
+    def __init__(self, name: str, spec: str):
+        super().__init__()
+        self.spec = QLineEdit(spec)
+        self.spec.setToolTip("ar, DRAFT:DEPTH:WIDTH (tree:8:3, lookup:8:1) or adaptive:DRAFT:DEPTH:WIDTH")
+        self.output = QPlainTextEdit()
+        self.output.setReadOnly(True)
+        self.output.setFont(theme.mono_font(9.5))
+        self.stats = QLabel("")
+        self.stats.setObjectName("muted")
+        self.stats.setWordWrap(True)
+        self.line = QProgressBar()
+        self.line.setFormat("%v / %m tokens")
+        column(self, row(QLabel(name), (self.spec, 1)), (self.output, 1), self.line, self.stats,
+               margins=(0, 0, 0, 0))
+
+    def reset(self, total: int) -> None:
+        self.output.setPlainText("")
+        self.stats.setText("")
+        self.line.setRange(0, max(1, total))
+        self.line.setValue(0)
+        self.line.setStyleSheet("")
+
+    def show_update(self, u) -> None:
+        if self.output.toPlainText() != u.text:
+            self.output.setPlainText(u.text)
+            self.output.verticalScrollBar().setValue(self.output.verticalScrollBar().maximum())
+        self.line.setValue(min(u.new_tokens, self.line.maximum()))
+        self.stats.setText(f"{u.tok_s:.1f} tok/s · {u.tokens_per_pass:.2f} tokens/pass · "
+                           f"{u.event.stats.forward_passes} passes · {u.device_s[u.side]:.2f} s on the device")
+
+
+class RaceDock(QWidget):
+    error = Signal(str)
+    finished = Signal(object)            # the race's report (None: stopped before it began)
+
+    def __init__(self, context: Callable[[], tuple[Any, Any]], base: Callable[[], tuple[Any, Any]],
+                 before_job: Callable[[], None], parent=None):
+        """context() -> (RuntimeSpec, cost profile or None); base() -> (prompt, DecodeSettings
+        whose sampling and length both sides use); before_job() frees the model."""
+        super().__init__(parent)
+        self.context, self.base, self.before_job = context, base, before_job
+        self.worker = JobWorker(self)
+        self.job_id = 0
+        self.running = False
+        self.report: dict[str, Any] | None = None
+        self.lanes = (_Lane("A", "ar"), _Lane("B", "adaptive:tree:16:3"))
+        self.start_button = QPushButton("Start race")
+        self.start_button.clicked.connect(self.start)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(self.stop)
+        self.result = QLabel("")
+        note = QLabel(SHARING)
+        note.setObjectName("muted")
+        note.setWordWrap(True)
+        column(self, row(self.start_button, self.stop_button, (self.result, 1)),
+               (row((self.lanes[0], 1), (self.lanes[1], 1)), 1), note)
+        self._latest: dict[int, Any] = {}
+        self._timer = QTimer(self)             # coalesce: at most ~20 redraws a second
+        self._timer.setInterval(50)
+        self._timer.timeout.connect(self._draw)
+        self.worker.item.connect(self._on_update)
+        self.worker.done.connect(self._on_done)
+        self.worker.failed.connect(self._on_failed)
+        self._enable()
+
+    def set_entrants(self, a: str, b: str) -> None:
+        self.lanes[0].spec.setText(a)
+        self.lanes[1].spec.setText(b)
+
+    def start(self) -> bool:
+        from engine.tuning.grid import race_settings
+        if self.running:
+            return False
+        try:
+            prompt, base = self.base()
+            a, b = (race_settings(lane.spec.text(), base) for lane in self.lanes)
+        except SpecscopeError as e:
+            self.error.emit(str(e))
+            return False
+        self.before_job()
+        self.worker.wait()
+        spec, profile = self.context()
+        for lane in self.lanes:
+            lane.reset(base.max_new_tokens)
+        self.job_id += 1
+        self.running = True
+        self.report = None
+        self._latest = {}
+        self.result.setText("racing…")
+        self.worker.start_job(self.job_id, spec, race_job(prompt, a, b, profile))
+        self._timer.start()
+        self._enable()
+        return True
+
+    def stop(self) -> None:
+        if self.running:
+            self.worker.cancel()
+
+    def _on_update(self, job_id: int, u) -> None:
+        if job_id == self.job_id:
+            self._latest[u.side] = u
+
+    def _draw(self) -> None:
+        latest, self._latest = self._latest, {}
+        for side, u in latest.items():
+            self.lanes[side].show_update(u)
+            if u.winner is not None:
+                self._crown(u.winner)
+
+    def _crown(self, winner: int) -> None:
+        self.lanes[winner].line.setStyleSheet(f"QProgressBar::chunk {{ background: {theme.GREEN}; }}")
+        self.result.setText(f"{'AB'[winner]} crossed the finish line first")
+
+    def _on_done(self, job_id: int, report) -> None:
+        if job_id != self.job_id:
+            return
+        self._draw()
+        self._timer.stop()
+        self.running = False
+        self.report = report
+        if report is None or report["winner"] is None:
+            self.result.setText("stopped")
+        else:
+            s = report["sides"]
+            self.result.setText(f"{'AB'[report['winner']]} won: A {s[0]['device_s']:.2f} s, "
+                                f"B {s[1]['device_s']:.2f} s on the device for {s[0]['new_tokens']} "
+                                f"and {s[1]['new_tokens']} tokens")
+        self._enable()
+        self.finished.emit(report)
+
+    def _on_failed(self, job_id: int, message: str, kind: str) -> None:
+        if job_id == self.job_id:
+            self._timer.stop()
+            self.running = False
+            self.result.setText("failed")
+            self.error.emit(message)
+            self._enable()
+            self.finished.emit(None)
+
+    def _enable(self) -> None:
+        self.start_button.setEnabled(not self.running)
+        self.stop_button.setEnabled(self.running)
+
+    def shutdown(self, timeout_ms: int = 3000) -> None:
+        self.worker.cancel()
+        self.worker.wait(timeout_ms)

@@ -1,0 +1,287 @@
+"""The Sweep dock: run a sweep (engine.tuning.sweep) on a background thread, watch the heat map
+fill in, cancel, resume, load a saved sweep.json, apply a cell to the live session, race two.
+
+The sweep runs on a JobWorker (workbench.jobs) under the lock a live run holds, so the window
+stops its live run first. Every finished cell is saved to the folder's sweep.json, so Cancel
+leaves a valid partial sweep and Run on the same folder and settings resumes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QProgressBar,
+                               QPushButton, QSpinBox, QWidget, QComboBox)
+
+from engine.errors import SpecscopeError
+
+from workbench.jobs import JobWorker
+from workbench.views.heatmap import HeatmapView
+from workbench.widgets import column, row
+
+WORKLOADS = ("code-edit", "specbench", "specbench:summarization,rag", "specbench:qa,translation")
+
+
+@dataclass(frozen=True)
+class SweepTick:
+    """What the sweep thread sends after the AR baseline and each cell."""
+    result: dict[str, Any]       # a copy of the whole result so far
+    done: int
+    total: int
+    eta_s: float | None
+    message: str
+
+
+def clock(eta_s: float | None) -> str:
+    if eta_s is None:
+        return "time left: measuring"
+    s = int(round(eta_s))
+    return f"~{s // 60}m{s % 60:02d}s left" if s >= 60 else f"~{s}s left"
+
+
+def sweep_job(cfg, out_dir: Path, previous: dict[str, Any] | None, profile):
+    """The job the thread runs: engine code only (it sees the stop flag, never Qt)."""
+    def run(rt, stop, emit, progress):
+        from engine.io.workloads import load_workload
+        from engine.tuning.sweep import Sweep, SweepCancelled
+        from engine.tuning.sweep_file import save_sweep
+        prompts = load_workload(cfg.workload, cfg.per_category, cfg.prompts)
+        sweep = Sweep(rt, cfg, prompts, previous=previous, profile=profile, stop=stop, progress=progress)
+        try:
+            for step in sweep.steps():
+                save_sweep(step.result, out_dir)
+                emit(SweepTick(copy.deepcopy(step.result), step.done, step.total, step.eta_s, step.message))
+        except SweepCancelled:
+            save_sweep(sweep.result, out_dir)
+            return {"cancelled": True, "result": copy.deepcopy(sweep.result)}
+        return {"cancelled": False, "result": copy.deepcopy(sweep.result)}
+    return run
+
+
+class SweepDock(QWidget):
+    apply_cell = Signal(object)          # a cell of sweep.json: use its settings in the session
+    race_cells = Signal(str, str)        # two cell ids to race
+    error = Signal(str)
+
+    def __init__(self, context: Callable[[], tuple[Any, Any]], before_job: Callable[[], None],
+                 parent=None):
+        """context() -> (RuntimeSpec, the card's cost profile or None); before_job() frees the
+        model (stops the live run)."""
+        super().__init__(parent)
+        self.context, self.before_job = context, before_job
+        self.worker = JobWorker(self)
+        self.job_id = 0
+        self.result: dict[str, Any] | None = None
+        self.running = False
+
+        self.workload = QComboBox()
+        self.workload.setEditable(True)
+        self.workload.addItems(list(WORKLOADS))
+        self.workload.setToolTip("code-edit, specbench[:CATEGORY,...] or a .jsonl prompt file")
+        pick = QPushButton("File…")
+        pick.clicked.connect(self._pick_workload)
+        self.drafts = QLineEdit("lookup,tree")
+        self.depths = QLineEdit("2,4,8,16")
+        self.widths = QLineEdit("1,2,3")
+        self.prompts = QSpinBox()
+        self.prompts.setRange(0, 480)
+        self.prompts.setValue(2)
+        self.prompts.setSpecialValueText("all")
+        self.new_tokens = QSpinBox()
+        self.new_tokens.setRange(1, 4096)
+        self.new_tokens.setValue(64)
+        self.folder = QLineEdit("")
+        self.folder.setToolTip("sweep.json and sweep.csv go here; a sweep already there with the "
+                               "same workload and lengths is resumed")
+        form = QFormLayout()
+        form.addRow("workload", row((self.workload, 1), pick))
+        form.addRow("drafters", self.drafts)
+        form.addRow("depths", row((self.depths, 1), QLabel("widths"), (self.widths, 1)))
+        form.addRow("prompts", row((self.prompts, 1), QLabel("tokens"), (self.new_tokens, 1)))
+        form.addRow("folder", self.folder)
+        self.run_button = QPushButton("Run / resume")
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.load_button = QPushButton("Load…")
+        self.load_button.clicked.connect(self._load_dialog)
+        self.apply_button = QPushButton("Apply best")
+        self.apply_button.clicked.connect(self._apply_best)
+        self.race_button = QPushButton("Race best two")
+        self.race_button.clicked.connect(self._race_best)
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setFormat("idle")
+        self.status = QLabel("")
+        self.status.setObjectName("muted")
+        self.status.setWordWrap(True)
+        self.heatmap = HeatmapView()
+        self.heatmap.cell_clicked.connect(self.apply_cell.emit)
+        column(self, form, row(self.run_button, self.cancel_button, self.load_button, 1,
+                               self.apply_button, self.race_button),
+               self.bar, self.status, (self.heatmap, 1))
+        self.worker.item.connect(self._on_tick)
+        self.worker.done.connect(self._on_done)
+        self.worker.failed.connect(self._on_failed)
+        self.worker.progress.connect(self._on_progress)
+        self.workload.currentTextChanged.connect(lambda _: self._default_folder())
+        self._default_folder()
+        self._enable()
+
+    # ---- settings -------------------------------------------------------------------------
+    def config(self):
+        from engine.tuning.grid import SweepConfig, parse_ints
+        return SweepConfig(workload=self.workload.currentText().strip(),
+                           drafts=tuple(x.strip() for x in self.drafts.text().split(",") if x.strip()),
+                           depths=parse_ints("depths", self.depths.text()),
+                           widths=parse_ints("widths", self.widths.text()),
+                           prompts=self.prompts.value() or None, new_tokens=self.new_tokens.value())
+
+    def _default_folder(self) -> None:
+        from engine.cost.probe import cache_dir
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", Path(self.workload.currentText()).stem).strip("-")
+        self.folder.setText(str(cache_dir() / "sweeps" / (slug or "sweep")))
+
+    def _pick_workload(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Prompt file", "", "Prompts (*.jsonl);;All files (*)")
+        if path:
+            self.workload.setCurrentText(path)
+
+    # ---- running --------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Run the sweep the form describes, resuming the folder's sweep.json when it matches."""
+        from engine.tuning.sweep_file import load_sweep
+        if self.running:
+            return False
+        try:
+            cfg = self.config()
+            out = Path(self.folder.text()).expanduser()
+            previous = load_sweep(out) if (out / "sweep.json").is_file() else None
+        except SpecscopeError as e:
+            self.error.emit(str(e))
+            return False
+        self.before_job()
+        self.worker.wait()
+        spec, profile = self.context()
+        self.job_id += 1
+        self.running = True
+        self.bar.setValue(0)
+        self.bar.setFormat("starting…")
+        self.status.setText(f"resuming {out / 'sweep.json'}" if previous else f"sweeping into {out}")
+        self.worker.start_job(self.job_id, spec, sweep_job(cfg, out, previous, profile))
+        self._enable()
+        return True
+
+    def cancel(self) -> None:
+        """Stop after the window in progress; the cells finished so far stay saved."""
+        if self.running:
+            self.worker.cancel()
+            self.bar.setFormat("cancelling…")
+
+    def load(self, path: str | Path) -> bool:
+        """Show a saved sweep.json (or its folder); Run resumes it if it is incomplete."""
+        from engine.tuning.sweep_file import load_sweep
+        try:
+            res = load_sweep(path)
+        except SpecscopeError as e:
+            self.error.emit(str(e))
+            return False
+        p = Path(path)
+        self.folder.setText(str(p if p.is_dir() else p.parent))
+        cfg = res.get("config", {})
+        self.workload.blockSignals(True)
+        self.workload.setCurrentText(str(cfg.get("workload", "code-edit")))
+        self.workload.blockSignals(False)
+        self.drafts.setText(",".join(cfg.get("drafts", ["lookup", "tree"])))
+        self.depths.setText(",".join(map(str, cfg.get("depths", [2, 4, 8, 16]))))
+        self.widths.setText(",".join(map(str, cfg.get("widths", [1, 2, 3]))))
+        self.prompts.setValue(cfg.get("prompts") or 0)
+        self.new_tokens.setValue(int(cfg.get("new_tokens", 128)))
+        self._show(res)
+        self.bar.setValue(1000 if res.get("complete") else int(1000 * len(res["cells"]) / max(1, len(res.get("planned", [])))))
+        self.bar.setFormat("complete" if res.get("complete") else "incomplete: Run resumes it")
+        return True
+
+    def _load_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open sweep", self.folder.text(), "Sweeps (sweep.json *.json)")
+        if path:
+            self.load(path)
+
+    def _show(self, res: dict[str, Any]) -> None:
+        self.result = res
+        self.heatmap.set_result(res)
+        self._enable()
+
+    # ---- from the thread ----------------------------------------------------------------
+    def _on_tick(self, job_id: int, tick: SweepTick) -> None:
+        if job_id != self.job_id:
+            return
+        self.bar.setValue(int(1000 * tick.done / max(1, tick.total)))
+        self.bar.setFormat(f"%p% · {tick.done}/{tick.total} · {clock(tick.eta_s)}")
+        self.status.setText(tick.message)
+        self._show(tick.result)
+
+    def _on_progress(self, job_id: int, stage: str, frac: float) -> None:
+        if job_id == self.job_id:
+            self.bar.setValue(int(1000 * frac))
+            self.bar.setFormat(f"{stage} %p%")
+
+    def _on_done(self, job_id: int, value) -> None:
+        if job_id != self.job_id:
+            return
+        self.running = False
+        if value is not None:
+            self._show(value["result"])
+        res = self.result or {}
+        if value is None or value["cancelled"]:
+            self.bar.setFormat("cancelled: Run resumes it")
+            self.status.setText(f"cancelled; {len(res.get('cells', []))} cells saved in "
+                                f"{self.folder.text()}")
+        else:
+            self.bar.setValue(1000)
+            self.bar.setFormat("complete")
+            self.status.setText(f"done in {res.get('sweep_s', 0):.0f} s of decoding; saved in "
+                                f"{self.folder.text()}")
+        self._enable()
+
+    def _on_failed(self, job_id: int, message: str, kind: str) -> None:
+        if job_id != self.job_id:
+            return
+        self.running = False
+        self.bar.setFormat("failed")
+        self.error.emit(message)
+        self._enable()
+
+    # ---- the answer -----------------------------------------------------------------------
+    def best_two(self) -> list[dict[str, Any]]:
+        from engine.tuning.sweep_file import measured
+        cells = measured(self.result or {}, None)
+        return sorted(cells, key=lambda c: -c["ratio_to_ar"])[:2]
+
+    def _apply_best(self) -> None:
+        from engine.tuning.sweep_file import best_cell
+        c = best_cell(self.result or {})
+        if c is not None:
+            self.apply_cell.emit(c)
+
+    def _race_best(self) -> None:
+        two = self.best_two()
+        if len(two) == 2:
+            self.race_cells.emit(two[0]["id"], two[1]["id"])
+
+    def _enable(self) -> None:
+        self.run_button.setEnabled(not self.running)
+        self.cancel_button.setEnabled(self.running)
+        self.load_button.setEnabled(not self.running)
+        has = bool(self.result and self.result.get("best"))
+        self.apply_button.setEnabled(has)
+        self.race_button.setEnabled(len(self.best_two()) == 2)
+
+    def shutdown(self, timeout_ms: int = 3000) -> None:
+        self.worker.cancel()
+        self.worker.wait(timeout_ms)
