@@ -149,6 +149,11 @@ class WindowChooser:
 
     def predicted_ms(self, rows: int) -> float:
         base = self.profile.ms(rows)
+        if rows > 1 and "window" not in self._overhead and "plain_ratio" in self._overhead:
+            # no window measured yet: a profile measured on a busier (or quieter) machine is off
+            # for windows as it is for plain steps, so scale by what plain steps showed (else a
+            # pessimistic profile keeps every window out, and none is ever measured)
+            return base * self._overhead["plain_ratio"]
         extra = self._overhead.get("plain" if rows == 1 else "window", 0.0)
         # an overhead learned against a pessimistic profile may be negative; never price below 10%
         return max(0.1 * base, base + extra)
@@ -229,6 +234,8 @@ class WindowChooser:
             # the first measurement sets the overhead outright; later ones average in
             old = self._overhead.get(key)
             self._overhead[key] = gap if old is None else old + self.overhead_ema * (gap - old)
+            if rows == 1 and self.profile.ms(1) > 0:
+                self._overhead["plain_ratio"] = (self.profile.ms(1) + self._overhead[key]) / self.profile.ms(1)
         if depth == 0:
             for (dr, w, _d), cell in self._cells.items():
                 if dr == drafter:

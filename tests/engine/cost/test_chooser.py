@@ -257,3 +257,22 @@ def test_floor_ties_and_bad_timings_retire():
     assert floor.retired
     with pytest.raises(ParameterError):
         ArFloor().record_window(5.0, 2)               # no plain step timed yet
+
+
+def test_a_pessimistic_profile_is_corrected_for_windows_by_the_plain_steps():
+    """A profile measured on a busy machine (here: every cost 3x the real one) must not keep
+    windows out for good: before any window is measured, windows are priced at the ratio the
+    plain steps showed, so a drafter that accepts well gets its first window."""
+    ch = chooser(R97, prior=0.5)
+    real = ch.profile.ms(1)
+    feed(ch, "d", 4, 1, 4, False, 10)            # the drafter accepts everything it proposes
+    c_before = ch.choose("d", available_width=1)
+    for _ in range(3):                            # plain steps measured at a third of the profile
+        ch.observe("d", 0, 0, 0, False, measured_ms=real / 3, rows=1)
+    c_after = ch.choose("d", available_width=1)
+    assert ch.predicted_ms(5) == pytest.approx(ch.profile.ms(5) / 3)
+    assert ch.predicted_ms(1) == pytest.approx(real / 3)
+    assert not c_after.plain
+    assert c_after.tokens_per_ms > 2.5 * c_before.tokens_per_ms      # ~3x, less the relaxation
+    ch.observe("d", 4, 1, 4, False, measured_ms=ch.profile.ms(5), rows=5)   # a window measured:
+    assert ch.predicted_ms(5) == pytest.approx(ch.profile.ms(5))            # its own overhead rules
