@@ -318,12 +318,13 @@ class MainWindow(QMainWindow):
             total = (last.settings or {}).get("max_new_tokens") or self.status.progress.maximum()
             self.status.tokens(last.stats.new_tokens, int(total))
 
-    def render_now(self, split: bool = False) -> bool:
+    def render_now(self, split: bool = False, force: bool = False) -> bool:
         """Redraw the pending views for the timeline's window; True if anything was drawn.
-        With `split` (a run streams) one view is drawn per call (see workbench.frames)."""
+        With `split` (a run streams) one view is drawn per call (see workbench.frames); with
+        `force` the plots are drawn even if a run streams and they were drawn a moment ago."""
         now = time.perf_counter()
         self._sync_timeline()
-        views = self.pacer.take(now, self._streaming(), split)
+        views = self.pacer.take(now, self._streaming() and not force, split)
         if not views:
             return False
         shown = self._shown()
@@ -335,9 +336,9 @@ class MainWindow(QMainWindow):
         return True
 
     def render_all(self) -> None:
-        """Redraw every view now."""
+        """Redraw every view now (the plots too, however recently they were drawn)."""
         self.pacer.mark()
-        self.render_now()
+        self.render_now(force=True)
 
     def _clear_views(self) -> None:
         self.timeline.set_count(0)
