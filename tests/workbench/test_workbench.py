@@ -329,6 +329,24 @@ def test_screenshot_command(qtbot, cpu_spec, tmp_path, capsys):
     assert f"saved {shot} (2 windows)" in capsys.readouterr().err      # the run reached the window
 
 
+def test_offscreen_run_draws_every_view_before_the_shot(qtbot, qapp, make_window, tmp_path):
+    """The shot is taken right after the run ends: the plots must be drawn by then too (the
+    frame pacer holds plots back while a run streams; the final render must not)."""
+    from workbench.app import run_offscreen
+    win = make_window()
+    assert run_offscreen(qapp, win, str(tmp_path / "s.png"), 3) == 0
+    assert len(win.store) == 3
+    assert "no windows yet" not in win.stats.headline.text()
+    assert win.stats.state
+    # the case that left the stats empty: the run still counted as streaming and the plots had
+    # just been drawn, so the pacer held them back; render_all must draw them regardless
+    import time
+    win._streaming = lambda: True
+    win.pacer._plots_at = time.perf_counter()
+    win.render_all()
+    assert not win.pacer.pending
+
+
 def test_bad_model_shows_banner_and_worker_survives(qtbot, make_window, cpu_spec, cpu_runtime, tmp_path):
     from workbench.worker import RuntimeSpec, preload_runtime
     bad = tmp_path / "broken.gguf"
