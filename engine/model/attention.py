@@ -90,6 +90,7 @@ class _Plan:
     P: int                   # shared positions [0, P): P // BLOCK whole blocks every row sees
     T: int                   # the rest, [P, P + T), gathered per row
     slot: torch.Tensor       # [R, T] cache slot of each row's tail position (0 where invalid)
+    tail: torch.Tensor       # [1, R, 1, T] that slot - P (0 where invalid)
     invalid: torch.Tensor    # [1, R, 1, T] bool: past the row's own position
 
 
@@ -104,7 +105,8 @@ def _plan(layout: WindowLayout, device: torch.device) -> _Plan:
     anc = layout.anc.to("cpu")[:, rel.clamp(0, layout.anc.shape[1] - 1)]          # [R, T]
     valid = pos.unsqueeze(0) <= (n + depth).unsqueeze(1)                          # [R, T]
     slot = torch.where(rel < 0, pos.expand(R, T), n + anc).masked_fill(~valid, 0)
-    return _Plan(n, P, T, slot.to(device), (~valid).view(1, R, 1, T).to(device))
+    tail = (slot - P).clamp(min=0).view(1, R, 1, T)
+    return _Plan(n, P, T, slot.to(device), tail.to(device), (~valid).view(1, R, 1, T).to(device))
 
 
 def bind_layout_attention(layout: WindowLayout):
@@ -136,12 +138,18 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: _Plan) -> t
     nb_p, nb_t = P // BLOCK, T // BLOCK
     qs = (q.float() * D ** -0.5).view(R, Hkv, G, D).transpose(0, 1)               # [Hkv, R, G, D]
     k, v = k.float(), v.float()
+    W = plan.n + R - P                  # the slots tail positions come from: [P, n + R)
+    # ... computed over a multiple of BLOCK keys: oneDNN's last partial row block is computed
+    # by another micro-kernel, which rounds differently
+    S = min(k.shape[1], -(-(P + W) // BLOCK) * BLOCK)
     with onednn_fp32_matmul():
-        # scores: shared prefix [Hkv, R*G, P], gathered tail [Hkv, R, G, T]
-        sp = torch.bmm(k[:, :P], qs.reshape(Hkv, R * G, D).transpose(1, 2)).transpose(1, 2)
-        kt = k[:, plan.slot]                                                      # [Hkv, R, T, D]
-        st = torch.bmm(kt.reshape(Hkv * R, T, D), qs.reshape(Hkv * R, G, D).transpose(1, 2))
-        st = st.view(Hkv, R, T, G).transpose(2, 3).masked_fill(plan.invalid, float("-inf"))
+        # every score once, in one product over the slots [0, S) (keys as the matmul's rows); a score depends only on its query and key, so the tail's scores are then
+        # picked per row in logical order: [Hkv, R, G, T]
+        sc = torch.bmm(k[:, :S], qs.reshape(Hkv, R * G, D).transpose(1, 2))      # [Hkv, S, R*G]
+        sp = sc[:, :P].transpose(1, 2)                                            # [Hkv, R*G, P]
+        sw = sc[:, P:P + W].view(Hkv, W, R, G).permute(0, 2, 3, 1)                # [Hkv, R, G, W]
+        st = sw.gather(3, plan.tail.expand(Hkv, R, G, T))
+        st = st.masked_fill(plan.invalid, float("-inf"))
         s = torch.cat([sp.reshape(Hkv, R, G, P), st], dim=-1)                     # [Hkv, R, G, P+T]
         m = s.amax(dim=-1, keepdim=True)          # exact, whatever the layout
         p = torch.exp(s - m).view(Hkv, R, G, nb_p + nb_t, BLOCK)
@@ -149,7 +157,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: _Plan) -> t
         op = torch.bmm(p[..., :nb_p, :].permute(0, 3, 1, 2, 4).reshape(Hkv * nb_p, R * G, BLOCK),
                        v[:, :P].reshape(Hkv * nb_p, BLOCK, D))
         op = op.view(Hkv, nb_p, R, G, D).permute(0, 2, 1, 3, 4)                   # [Hkv, R, nb_p, G, D]
-        vt = v[:, plan.slot].view(Hkv * R * nb_t, BLOCK, D)
+        vt = v.index_select(1, plan.slot.view(-1)).view(Hkv * R * nb_t, BLOCK, D)
         ot = torch.bmm(p[..., nb_p:, :].transpose(2, 3).reshape(Hkv * R * nb_t, G, BLOCK), vt)
         o = torch.cat([op, ot.view(Hkv, R, nb_t, G, D)], dim=2)                   # [Hkv, R, NB, G, D]
         o = o.cumsum(dim=2)[:, :, -1]                                             # [Hkv, R, G, D]
