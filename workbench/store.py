@@ -101,10 +101,17 @@ class EventStore:
             out["verify_ms"].append(e.verify_ms)
         return out
 
-    def observed_ar_ms(self, upto: int) -> float | None:
-        """Median cost of one-row windows (plain decode steps) seen so far, if any."""
+    def observed_ar_ms(self, upto: int, at_least: int = 1) -> float | None:
+        """Median cost of one-row windows (plain decode steps) seen so far, if at least
+        `at_least` were."""
         ms = sorted(e.window_ms for e in self.events[: upto + 1] if len(e.rows) == 1 and e.window_ms > 0)
-        return ms[len(ms) // 2] if ms else None
+        return ms[len(ms) // 2] if len(ms) >= max(1, at_least) else None
+
+    def decode_tok_s(self, upto: int) -> float | None:
+        """Tokens emitted per second of window time through window `upto` (prefill excluded)."""
+        evs = self.events[: upto + 1]
+        ms = sum(e.window_ms for e in evs)
+        return 1000.0 * sum(len(e.emitted) for e in evs) / ms if ms > 0 else None
 
     def emitted_upto(self, upto: int) -> list[tuple[int, str, str, int]]:
         """(token id, text, kind, window index) of every token emitted through window `upto`."""

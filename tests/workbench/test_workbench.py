@@ -337,7 +337,11 @@ def test_offscreen_run_draws_every_view_before_the_shot(qtbot, qapp, make_window
     assert run_offscreen(qapp, win, str(tmp_path / "s.png"), 3) == 0
     assert len(win.store) == 3
     assert "no windows yet" not in win.stats.headline.text()
-    assert win.stats.state
+    # the ratio to AR is decode against decode: the run's own rate counts its prefill
+    st = win.stats.state
+    assert st["decode_tok_s"] > st["tok_s"] > 0
+    if st["ar_tok_s"]:
+        assert f"{st['decode_tok_s'] / st['ar_tok_s']:.2f}× AR" in win.stats.headline.text()
     # the case that left the stats empty: the run still counted as streaming and the plots had
     # just been drawn, so the pacer held them back; render_all must draw them regardless
     import time
