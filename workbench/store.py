@@ -107,6 +107,10 @@ class EventStore:
         ms = sorted(e.window_ms for e in self.events[: upto + 1] if len(e.rows) == 1 and e.window_ms > 0)
         return ms[len(ms) // 2] if len(ms) >= max(1, at_least) else None
 
+    def near_tie_windows(self, upto: int) -> int:
+        """Windows through `upto` with a near-tie row (a choice within rounding noise)."""
+        return sum(1 for e in self.events[: upto + 1] if any(r.near_tie for r in e.rows))
+
     def decode_tok_s(self, upto: int) -> float | None:
         """Tokens emitted per second of window time through window `upto` (prefill excluded)."""
         evs = self.events[: upto + 1]

@@ -234,10 +234,10 @@ class Decoder:
 
     def _verify(self, tree: TokenTree, scores) -> VerifyOutcome:
         if scores.logits is None:
-            return verify_greedy_top_k(tree, scores.top_values, scores.top_ids)
+            return verify_greedy_top_k(tree, scores.top_values, scores.top_ids, self.rt.tie_margin)
         cfg = self.settings.sampling
         if cfg.greedy:
-            return verify_greedy(tree, scores.logits, self.context, cfg)
+            return verify_greedy(tree, scores.logits, self.context, cfg, self.rt.tie_margin)
         return verify_sampled(tree, scores.logits, self.context, cfg, self.rng)
 
     def _count(self, tree: TokenTree, outcome: VerifyOutcome) -> None:

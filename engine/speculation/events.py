@@ -57,7 +57,7 @@ class VerifyRow:
     q: float | None             # draft probability (None: point-mass draft)
     accept_prob: float | None   # probability the verifier accepted it with (1/0 in greedy)
     outcome: str                # ROOT | ACCEPTED | REJECTED | NOT_REACHED
-    near_tie: bool = False      # greedy row whose top-2 margin is below 1e-4
+    near_tie: bool = False      # greedy row whose top-2 margin is within the runtime's tie margin
     penalty: PenaltyLedger | None = None
 
 

@@ -39,7 +39,8 @@ from engine.speculation.events import PenaltyEntry, PenaltyLedger
 from engine.speculation.sampling import LedgerEntry, Rng, SamplingConfig, inverse_cdf, penalize_rows, target_probs
 from engine.speculation.tree import TokenTree
 
-NEAR_TIE = 1e-4   # greedy rows whose top-2 logit margin is below this are flagged
+NEAR_TIE = 1e-4   # greedy rows whose top-2 logit margin is below this are flagged (default; the
+                  # decoder passes its runtime's margin: 0 where rows are exact, else the dtype's)
 
 
 @dataclass(frozen=True)
@@ -212,14 +213,14 @@ def _greedy_outcome(tree: TokenTree, targets: list[int], near_ties: list[bool],
 
 
 def verify_greedy(tree: TokenTree, logits: torch.Tensor, context: Sequence[int],
-                  cfg: SamplingConfig) -> VerifyOutcome:
+                  cfg: SamplingConfig, tie_margin: float = NEAR_TIE) -> VerifyOutcome:
     """Longest path of argmax matches; temperature and filters are irrelevant at T = 0."""
     scored = score_rows(tree, logits, context, cfg)
     pen = scored.logits
     targets = pen.argmax(dim=-1).tolist()
     top2 = torch.topk(pen, 2, dim=-1).values if pen.shape[-1] > 1 else None
     near_ties = ([False] * tree.n_rows if top2 is None
-                 else ((top2[:, 0] - top2[:, 1]) < NEAR_TIE).tolist())
+                 else ((top2[:, 0] - top2[:, 1]) < tie_margin).tolist())
     if cfg.penalized:
         flipped = [a != b for a, b in zip(logits.argmax(dim=-1).tolist(), targets)]
     else:
@@ -231,7 +232,7 @@ def verify_greedy(tree: TokenTree, logits: torch.Tensor, context: Sequence[int],
 
 
 def verify_greedy_top_k(tree: TokenTree, top_values: torch.Tensor,
-                        top_ids: torch.Tensor) -> VerifyOutcome:
+                        top_ids: torch.Tensor, tie_margin: float = NEAR_TIE) -> VerifyOutcome:
     """Greedy verification from each row's top-k alone, [R, k] values and ids (k >= 2): the
     GPU fast path when no penalty is set, where the full logits never leave the device. The
     verdict is verify_greedy's (the argmax is the top-1); no probabilities are known."""
@@ -239,7 +240,7 @@ def verify_greedy_top_k(tree: TokenTree, top_values: torch.Tensor,
     if top_ids.dim() != 2 or top_ids.shape[0] != n_rows or top_ids.shape[1] < 2:
         raise ValueError(f"verify wants top-k ids [{n_rows}, k >= 2], got {tuple(top_ids.shape)}")
     targets = top_ids[:, 0].tolist()
-    near_ties = ((top_values[:, 0] - top_values[:, 1]) < NEAR_TIE).tolist()
+    near_ties = ((top_values[:, 0] - top_values[:, 1]) < tie_margin).tolist()
     none: list = [None] * n_rows
     return _greedy_outcome(tree, targets, near_ties, None, none, list(none), list(none),
                            [False] * n_rows)

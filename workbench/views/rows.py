@@ -85,7 +85,8 @@ class RowsModel(QAbstractTableModel):
             if row.penalty is not None and row.penalty.flipped:
                 tip += f"<br><span style='color:{theme.AMBER}'>⚑ penalties flipped this verdict</span>"
             if row.near_tie:
-                tip += "<br>≈ near tie: the top-2 margin is below 1e-4"
+                tip += ("<br>≈ near tie: the top-2 margin is within this dtype's rounding noise; where "
+                        "rows are not bit-exact (see the stats view) another pass could pick the other")
             return tip
         return None
 

@@ -165,7 +165,7 @@ class StatsView(QWidget):
             self._draw_top(store, upto, ev, ar_tps)
         if part in ("all", "bottom"):
             self._draw_bottom(ev, acc)
-        self._describe(ev, acc, ar_tps, upto, store.decode_tok_s(upto))
+        self._describe(ev, acc, ar_tps, upto, store.decode_tok_s(upto), store.near_tie_windows(upto))
 
     def _draw_top(self, store: EventStore, upto: int, ev, ar_tps: float | None) -> None:
         ser = store.series(upto)
@@ -207,9 +207,12 @@ class StatsView(QWidget):
                 c.setData([], [])
             self.m_gamma.hide()
 
-    def _describe(self, ev, acc, ar_tps: float | None, upto: int, decode_tps: float | None) -> None:
+    def _describe(self, ev, acc, ar_tps: float | None, upto: int, decode_tps: float | None,
+                  ties: int = 0) -> None:
         """The headline: the run's tok/s (prefill included) and, decode against decode, its
-        speed over AR's (the prefill is the same for both and would only dilute the ratio)."""
+        speed over AR's (the prefill is the same for both and would only dilute the ratio);
+        and how many windows held a near tie (a row whose choice was within rounding noise:
+        where rows are not bit-exact, the one place speculation may part from plain decoding)."""
         st = ev.stats
         speed = (f" · <b style='color:{theme.GREEN if decode_tps >= ar_tps else theme.RED}'>"
                  f"{decode_tps / ar_tps:.2f}× AR</b> decoding ({decode_tps:.1f} vs {ar_tps:.1f} tok/s)"
@@ -221,10 +224,12 @@ class StatsView(QWidget):
                      f"at γ = {g}")             # a line of its own: never broken mid-formula
         self.headline.setText(
             f"<b>{st.tok_s:.1f} tok/s</b>{speed} · <b>{st.tokens_per_pass:.2f}</b> tokens/pass "
-            f"({st.new_tokens} in {st.forward_passes}){alpha}")
+            f"({st.new_tokens} in {st.forward_passes})"
+            + (f" · <span style='color:{theme.AMBER}'>≈ {ties} near-tie window{'s' * (ties != 1)}</span>"
+               if ties else "") + alpha)
         state = st.ar_floor or "off"
         self.floor.setText(f"AR floor: {state}")
         self.floor.setStyleSheet(f"color: {FLOOR_COLOR.get(state, theme.TEXT)};"
                                  f"border-color: {FLOOR_COLOR.get(state, theme.BORDER)};")
         self.state = {"windows": upto + 1, "alpha": acc.alpha, "reach": acc.reach,
-                      "ar_tok_s": ar_tps, "tok_s": st.tok_s, "decode_tok_s": decode_tps, "ar_floor": state}
+                      "ar_tok_s": ar_tps, "tok_s": st.tok_s, "decode_tok_s": decode_tps, "near_tie_windows": ties, "ar_floor": state}

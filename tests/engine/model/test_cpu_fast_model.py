@@ -39,6 +39,7 @@ def fast_runtime(loaded_model):
 def test_fast_runtime_layout(fast_runtime, loaded_model):
     m = fast_runtime.model
     assert m.cpu_fast and m.verify_attention is bind_layout_attention
+    assert fast_runtime.exact_rows and fast_runtime.tie_margin == 0.0       # nothing to flag
     for L in m.layers:
         for k in ("qkv", "o", "gate_up", "down"):
             assert L[k].kernels == {"cpu_fast"}, k
