@@ -73,7 +73,7 @@ class _GraphBucket:
     with a mask, the [B, C] mask are derived inside the graph.
     """
 
-    def __init__(self, rt: "Runtime", rows: int):
+    def __init__(self, rt: "Runtime", rows: int, exit_layer: int | None = None):
         C, dev, B = rt.cache.capacity, rt.device, rows
         self.rows = B
         self.packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=dev)
@@ -100,7 +100,7 @@ class _GraphBucket:
                 win = anc[:, rel.clamp(0, B - 1)] & in_window            # [B, C]
                 mask = (cols < n).unsqueeze(0) | win                     # [B, C]
             logits = rt.forward_fn(tokens, n + depth, mask, rt.cache, n + ar,
-                                   layout=WindowLayout(n, depth, table))
+                                   layout=WindowLayout(n, depth, table), exit_layer=exit_layer)
             top = logits.topk(TOPK, dim=-1)
             return logits, top.values.float(), top.indices
 
@@ -214,7 +214,7 @@ class Runtime:
                            if self.compiled else self.model.forward)
         self._pool = (torch.cuda.graph_pool_handle()
                       if self.use_graphs and self.device.type == "cuda" else None)
-        self._buckets: dict[int, _GraphBucket] = {}
+        self._buckets: dict[tuple[int, int | None], _GraphBucket] = {}   # (rows, exit layer)
         self.cache: KVCache = self.model.new_cache(capacity or min(self.config.max_context, 2048))
 
     # -- cache management ---------------------------------------------------------------
@@ -240,15 +240,16 @@ class Runtime:
         room = self.cache.room()
         return max((b for b in GRAPH_BUCKETS if b <= room), default=0) if self.use_graphs else room
 
-    def warm_up(self) -> None:
+    def warm_up(self, exit_layer: int | None = None) -> None:
         """Capture every graph bucket now (GPU), so no window pays for a capture; with packed
-        weights also compile the Triton kernels for the row counts prefill uses."""
+        weights also compile the Triton kernels for the row counts prefill uses. `exit_layer`:
+        the buckets of that early-exit draft pass instead of the full model's."""
         if self.use_graphs and self.device.type == "cuda":
             with torch.inference_mode():
                 for b in GRAPH_BUCKETS:
                     if b <= self.cache.capacity // 2:
-                        self._bucket(b)
-                if self.weights_mode == "packed":
+                        self._bucket(b, exit_layer)
+                if self.weights_mode == "packed" and exit_layer is None:
                     self._warm_prefill_kernels()
 
     # Triton compiles a kernel once per specialization: the row count's 16-row slices (1-4)
@@ -287,19 +288,23 @@ class Runtime:
 
     @torch.inference_mode()
     def verify(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
-               need_logits: bool = True) -> RowScores:
+               need_logits: bool = True, exit_layer: int | None = None) -> RowScores:
         """One forward pass over a window of R rows. Row 0 is `tokens[0]`, the root (the last
         committed token, not yet in the cache). Row i sits at position length + depths[i] and
         attends to the committed prefix and to the rows c with ancestors[i, c] ([R, R] bool:
         itself and its ancestors). A draft tree gives both arrays (TokenTree.row_depths,
-        TokenTree.ancestor_mask); a plain run of tokens, `chain(R)`."""
+        TokenTree.ancestor_mask); a plain run of tokens, `chain(R)`. `exit_layer` K: the first K
+        layers only, then the norm and LM head (an early-exit draft pass; see Transformer.forward)."""
+        if exit_layer is not None and not 1 <= exit_layer <= self.config.n_layers:
+            raise ParameterError(f"--exit-layer must be between 1 and the model's "
+                                 f"{self.config.n_layers} layers, got {exit_layer}")
         cache = self.cache
         R, n = len(tokens), cache.length
         if len(depths) != R or tuple(ancestors.shape) != (R, R):
             raise ValueError(f"a window of {R} rows needs {R} depths and ancestors [{R}, {R}], "
                              f"got {len(depths)} and {tuple(ancestors.shape)}")
         if self.use_graphs:
-            return self._verify_graph(tokens, depths, ancestors, need_logits)
+            return self._verify_graph(tokens, depths, ancestors, need_logits, exit_layer)
         if n + R > cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         t = torch.tensor(tokens, dtype=torch.long, device=self.device)
@@ -311,23 +316,24 @@ class Runtime:
             mask = mask.to(self.device)
         layout = WindowLayout(n, depth, ancestor_table(depths, ancestors).to(self.device))
         slots = torch.arange(n, n + R, device=self.device)
-        logits = self.model.forward(t, depth + n, mask, cache, slots, layout=layout)
+        logits = self.model.forward(t, depth + n, mask, cache, slots, layout=layout,
+                                    exit_layer=exit_layer)
         top = logits.topk(TOPK, dim=-1)
         return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
 
-    def _bucket(self, R: int) -> _GraphBucket:
+    def _bucket(self, R: int, exit_layer: int | None = None) -> _GraphBucket:
         b = next((b for b in GRAPH_BUCKETS if b >= R), None)
         if b is None:
             raise ParameterError(f"a window of {R} rows is more than the largest graph bucket "
                                  f"({GRAPH_BUCKETS[-1]}): lower --depth or --width")
-        if b not in self._buckets:
-            self._buckets[b] = _GraphBucket(self, b)
-        return self._buckets[b]
+        if (b, exit_layer) not in self._buckets:
+            self._buckets[b, exit_layer] = _GraphBucket(self, b, exit_layer)
+        return self._buckets[b, exit_layer]
 
     def _verify_graph(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
-                      need_logits: bool) -> RowScores:
+                      need_logits: bool, exit_layer: int | None = None) -> RowScores:
         cache, R, n = self.cache, len(tokens), self.cache.length
-        g = self._bucket(R)
+        g = self._bucket(R, exit_layer)
         if n + g.rows > cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         g.replay(tokens, depths, ancestors, n)
@@ -335,7 +341,7 @@ class Runtime:
         return RowScores(logits, g.top_values[:R].cpu(), g.top_ids[:R].cpu())
 
     # -- timing (the roofline probe) -----------------------------------------------------
-    def time_verify_pass(self, n_rows: int, context: int) -> float:
+    def time_verify_pass(self, n_rows: int, context: int, exit_layer: int | None = None) -> float:
         """Milliseconds of one verify pass of n_rows (a chain) at `context` committed tokens.
         The cache contents do not matter for cost, only its length. The pass writes scratch
         slots [context, context + n_rows) only and the committed length is restored, so a
@@ -349,6 +355,6 @@ class Runtime:
             synchronize(self.device)
             t0 = time.perf_counter()
             # the chain's arrays are built inside the timed span, as a window's are in the decoder
-            self.verify([1] * n_rows, *chain(n_rows), need_logits=False)
+            self.verify([1] * n_rows, *chain(n_rows), need_logits=False, exit_layer=exit_layer)
             synchronize(self.device)
             return (time.perf_counter() - t0) * 1e3

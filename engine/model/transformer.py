@@ -171,13 +171,16 @@ class Transformer:
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                 cache: KVCache, slots: torch.Tensor, last_only: bool = False,
-                layout: WindowLayout | None = None) -> torch.Tensor:
+                layout: WindowLayout | None = None, exit_layer: int | None = None) -> torch.Tensor:
         """tokens, positions, slots: [R] long; mask: [R, S] bool (True = attend) over cache slots
         [0, S). Returns logits [R, V] (or [1, V] for the last row when last_only).
 
         A verify pass also gives its `layout` (the committed length, each row's depth and its
         ancestors): with it, attention runs on `verify_attention` when the model has one, and
         `mask` may be None (see `needs_mask`).
+
+        `exit_layer` K: run only the first K layers, then the final norm and LM head (an early-exit
+        draft; only those layers' cache slots are written).
 
         On a GPU every kernel launch costs microseconds whatever its size, and a decode pass of a
         small model is almost all launches, so the layer is written to launch few: fused RMSNorm,
@@ -204,7 +207,7 @@ class Transformer:
             bias = torch.zeros(G * R, S, dtype=x.dtype, device=x.device)
             bias.masked_fill_(~mask.repeat(G, 1), float("-inf"))
             bias = bias.view(1, 1, G * R, S)
-        for i, L in enumerate(self.layers):
+        for i, L in enumerate(self.layers[:exit_layer]):
             h = self._rms(x, L["attn_norm"])
             qkv = L["qkv"](h, invariant=inv)                               # [R, (Hq+2Hkv)D]
             qk = qkv[:, :(Hq + Hkv) * D].view(R, Hq + Hkv, D)

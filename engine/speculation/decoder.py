@@ -24,9 +24,10 @@ from engine.errors import NumericalError, ParameterError
 from engine.model.runtime import Runtime
 from engine.speculation import events as E
 from engine.speculation.drafters import Drafter, make_drafter, tree_rows
+from engine.speculation.model_drafters import make_model_drafter, size_warning
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng
-from engine.speculation.settings import DecodeSettings
+from engine.speculation.settings import MODEL_DRAFTERS, DecodeSettings
 from engine.speculation.tree import TokenTree
 from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_greedy_top_k, verify_sampled
 from engine.speculation.window_events import verify_rows, window_event
@@ -34,16 +35,20 @@ from engine.speculation.window_events import verify_rows, window_event
 MAX_ROWS = 64   # rows one verify pass may use (the largest graph bucket)
 
 
-def _drafter_spec(s: DecodeSettings) -> tuple[str, str | None]:
+def _drafter_spec(s: DecodeSettings) -> tuple:
     """What the drafter is built from: its kind, and the match rule if it is the lookup drafter
-    (the tree drafter ranks by recurrence and keeps its statistics across match changes)."""
-    return s.draft, s.match if s.draft == "lookup" else None
+    (the tree drafter ranks by recurrence and keeps its statistics across match changes), the
+    exit layer of the early-exit drafter, the file of the draft model."""
+    return (s.draft, s.match if s.draft == "lookup" else None,
+            s.exit_layer if s.draft == "early-exit" else None,
+            s.draft_model if s.draft == "model" else None)
 
 
 class Decoder:
     def __init__(self, runtime: Runtime, prompt_ids: list[int], settings: DecodeSettings,
                  controls: "queue.Queue[DecodeSettings] | None" = None,
-                 stop: threading.Event | None = None, detail: bool = True, profile=None):
+                 stop: threading.Event | None = None, detail: bool = True, profile=None,
+                 draft_runtime: Runtime | None = None):
         if not prompt_ids:
             raise ParameterError("the prompt is empty: give some text to continue")
         self.rt = runtime
@@ -60,7 +65,13 @@ class Decoder:
         self.index = NgramIndex(s.ngram_min, s.ngram_max)
         self.index.extend(self.context)
         self.rng = Rng(s.seed)
-        self.drafter: Drafter | None = make_drafter(s.draft, s.match)
+        # --draft model: the draft's runtime (given, or opened from settings.draft_model)
+        self.draft_rt = draft_runtime
+        self._draft_rt_for = s.draft_model if draft_runtime is not None else None
+        self.draft_load_s = 0.0
+        self.notice = ""            # a one-time line for the user (a draft model's size warning)
+        self._needed = 0            # cache slots of this request (known once the run starts)
+        self.drafter: Drafter | None = self._build_drafter(s)
         self._drafter_spec = _drafter_spec(s)
         self.chooser: WindowChooser | None = None   # --adaptive: built (and priced) at the start
         self.floor: ArFloor | None = None
@@ -91,14 +102,33 @@ class Decoder:
             self.settings = s
             self._configure()
 
+    def _build_drafter(self, s: DecodeSettings) -> Drafter | None:
+        """The drafter these settings ask for; a draft model is opened here the first time (on
+        the target's device, in its dtype) and checked against the target's vocabulary."""
+        if s.draft not in MODEL_DRAFTERS:
+            return make_drafter(s.draft, s.match)
+        if s.draft == "model" and (self.draft_rt is None or self._draft_rt_for != s.draft_model):
+            from engine.session import open_runtime    # the one place that opens model files
+            t0 = time.perf_counter()
+            self.draft_rt = open_runtime(s.draft_model, str(self.rt.device), self.rt.dtype_name)
+            self.draft_load_s = time.perf_counter() - t0
+            self._draft_rt_for = s.draft_model
+        drafter = make_model_drafter(s.draft, self.rt, s.exit_layer,
+                                     self.draft_rt if s.draft == "model" else None)
+        if s.draft == "model":
+            self.notice = size_warning(self.rt, self.draft_rt)
+        if self._needed:                   # switched to in the middle of a run
+            drafter.reset(self._needed, MAX_ROWS + 1)
+        return drafter
+
     def _configure(self) -> None:
         """Bring the drafter, the chooser, the AR floor and the n-gram index in line with
         self.settings. Building the chooser may probe the device's cost profile."""
         s = self.settings
         if _drafter_spec(s) != self._drafter_spec:
-            self.drafter = make_drafter(s.draft, s.match)
+            self.drafter = self._build_drafter(s)
             self._drafter_spec = _drafter_spec(s)
-        if s.adaptive and s.draft != "none":
+        if s.adaptive and s.draft not in ("none", *MODEL_DRAFTERS):   # prices n-gram trees
             if self.chooser is None:
                 self.chooser = WindowChooser(
                     self._cost_profile(), s.depth, s.width, max_rows=MAX_ROWS,
@@ -122,8 +152,11 @@ class Decoder:
         self._configure()          # may probe the device's cost profile: before the clock starts
         # every token the run commits, plus window rows only for a run that drafts (a window
         # never takes more rows than are free, so a prompt that fits plain decoding runs)
-        rt.start(len(ids) + s.max_new_tokens, spare=MAX_ROWS + 1 if s.draft != "none" else 0)
+        self._needed = len(ids) + s.max_new_tokens
+        rt.start(self._needed, spare=MAX_ROWS + 1 if s.draft != "none" else 0)
         rt.warm_up()
+        if s.draft in MODEL_DRAFTERS:
+            self.drafter.reset(self._needed, MAX_ROWS + 1)
         t_start = time.perf_counter()
         rt.prefill(ids[:-1])
         self._running = True
@@ -184,7 +217,9 @@ class Decoder:
             ev = window_event(index=index, context=self.context, tree=tree, outcome=outcome,
                               rows=rows_ev, emitted=emitted, kinds=kinds,
                               times_s=(t1 - t0, t2 - t1, t3 - t2), plan=plan, settings=s,
-                              stats=self._stats(), finish=finish, text=self.tok.token_text)
+                              stats=self._stats(), finish=finish, text=self.tok.token_text,
+                              notice=self.notice)
+            self.notice = ""
             if self.chooser is not None:
                 self.chooser.observe_event(ev)
             yield ev
@@ -217,6 +252,10 @@ class Decoder:
                           is None else "plain decode: the last token of the request")
         if self.floor is not None and self.floor.want_plain_step():
             return Choice(0, 0, 1, float("nan"), 1.0, f"AR floor: {self.floor.reason}")
+        if s.draft in MODEL_DRAFTERS:
+            who = f"the first {s.exit_layer} layers" if s.draft == "early-exit" else "the draft model"
+            return Choice(depth, 1, 1 + depth, float("nan"), float("nan"),
+                          f"{who} draft a chain of {depth}")
         if self.chooser is not None:
             if not self.index.lookup()[1]:
                 return self.chooser.choose(s.draft, available_depth=0)
@@ -228,8 +267,12 @@ class Decoder:
         if self.drafter is None or plan.depth == 0:
             return TokenTree.empty(root)
         # never more rows than one pass holds
-        rows = tree_rows(plan.depth, plan.width) if self.settings.draft == "tree" else 1 + plan.depth
+        s = self.settings
+        rows = tree_rows(plan.depth, plan.width) if s.draft == "tree" else 1 + plan.depth
         budget = min(MAX_ROWS, rows, self.rt.window_room())
+        if s.draft in MODEL_DRAFTERS:
+            return self.drafter.propose(self.index, root, plan.depth, plan.width, budget,
+                                        sampling=s.sampling, rng=self.rng)
         return self.drafter.propose(self.index, root, plan.depth, plan.width, budget)
 
     def _verify(self, tree: TokenTree, scores) -> VerifyOutcome:
@@ -301,4 +344,16 @@ class Decoder:
             "weight_bytes": rt.weight_bytes,
             "model": str(rt.loaded.source),
             "config": self.settings.to_dict(),
+            **self._draft_report(),
         }
+
+    def _draft_report(self) -> dict[str, Any]:
+        d = self.drafter
+        if self.settings.draft not in MODEL_DRAFTERS or d is None:
+            return {}
+        out = {"draft_ms": round(d.draft_ms, 3), "draft_ms_per_token": (round(d.ms_per_token, 4) if d.draft_passes else None)}
+        if self.settings.draft == "model":
+            out.update(draft_model=str(self.draft_rt.loaded.source),
+                       draft_load_s=round(self.draft_load_s, 4),
+                       draft_weight_format=self.draft_rt.weights_label)
+        return out

@@ -113,6 +113,7 @@ class WindowEvent:
     finished: bool = False
     finish_reason: str = ""      # "eos" | "length" | "stopped" | ""
     settings: dict[str, Any] = field(default_factory=dict)
+    notice: str = ""             # a one-time line for the status bar (a draft model's size warning)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -14,7 +14,9 @@ from typing import Any, Mapping
 from engine.errors import ParameterError
 from engine.speculation.sampling import SamplingConfig
 
-DRAFTERS = ("none", "lookup", "tree")
+NGRAM_DRAFTERS = ("lookup", "tree")
+MODEL_DRAFTERS = ("model", "early-exit")     # a draft model; the target's own first layers
+DRAFTERS = ("none", *NGRAM_DRAFTERS, *MODEL_DRAFTERS)
 MATCH_RULES = ("recent", "first", "frequent")
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingConfig))
 
@@ -30,6 +32,8 @@ class DecodeSettings:
     match: str = "recent"
     adaptive: bool = False
     ar_floor: bool = False
+    draft_model: str | None = None   # --draft model: a GGUF file or HF folder sharing the vocabulary
+    exit_layer: int = 8              # --draft early-exit: the target's first K layers draft
     # what each row's distribution is (temperature 0 = greedy), and the request's random stream
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0
@@ -46,6 +50,12 @@ class DecodeSettings:
             bad(f"--match must be one of {', '.join(MATCH_RULES)}, got {self.match!r}")
         if not 1 <= self.depth <= 64:
             bad(f"--depth must be between 1 and 64, got {self.depth}")
+        if self.draft == "model" and not self.draft_model:
+            bad("--draft model needs --draft-model PATH (a .gguf file or an HF folder)")
+        if isinstance(self.exit_layer, bool) or not isinstance(self.exit_layer, int) \
+                or not 1 <= self.exit_layer <= 256:
+            bad(f"--exit-layer must be an integer between 1 and the model's layer count, "
+                f"got {self.exit_layer!r}")
         if not 1 <= self.width <= 16:
             bad(f"--width must be between 1 and 16, got {self.width}")
         if not 1 <= self.ngram_min <= self.ngram_max:

@@ -53,7 +53,8 @@ def verify_rows(tree: TokenTree, scores: "RowScores", outcome: "VerifyOutcome",
 def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "VerifyOutcome",
                  rows: list[E.VerifyRow], emitted: list[int], kinds: list[str],
                  times_s: tuple[float, float, float], plan: "Choice", settings: DecodeSettings,
-                 stats: E.WindowStats, finish: str, text: Callable[[int], str]) -> E.WindowEvent:
+                 stats: E.WindowStats, finish: str, text: Callable[[int], str],
+                 notice: str = "") -> E.WindowEvent:
     """The event of a window whose `emitted` tokens already stand at the end of `context`.
 
     times_s: (propose, verify, commit) seconds.
@@ -72,5 +73,5 @@ def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "V
         drafter=settings.draft, depth=plan.depth, width=plan.width, greedy=settings.sampling.greedy,
         predicted_ms=None if plan.predicted_ms != plan.predicted_ms else plan.predicted_ms,
         reason=plan.reason, finished=bool(finish), finish_reason=finish,
-        settings=settings.to_dict(),
+        settings=settings.to_dict(), notice=notice,
     )

@@ -201,3 +201,82 @@ def test_sampled_speculation_with_penalties_stays_in_top_k(rt, prompts):
         assert row[t] >= top5.values[-1] - 1e-4, f"token {k} ({t}) is outside the penalized top-5"
         changed += set(top5.indices.tolist()) != set(logits[k].topk(5).indices.tolist())
     assert changed > 0, "the penalties never changed a top-5 set: they were not exercised"
+
+
+# ---------------------------------------------------------------------------------------------
+# model drafters: the target's first layers, a draft model
+
+
+MODEL_NEW_TOKENS = 24   # short: each draft token costs a draft pass on 2 CPU cores
+
+
+@pytest.fixture(scope="module")
+def self_draft(loaded_model):
+    """The bundled model as its own draft model: a second runtime (own weights and cache)."""
+    from engine.model.runtime import Runtime
+    return Runtime(loaded_model, "cpu", "float32", weights="dequantized")
+
+
+def decode_with(rt, ids, settings, draft_runtime=None):
+    dec = Decoder(rt, ids, settings, detail=True, draft_runtime=draft_runtime)
+    per_token = []
+    for ev in dec.windows():
+        path = [-1] + list(ev.accepted_path)
+        for j in range(len(ev.emitted)):
+            row = ev.rows[path[j] + 1]
+            assert row.target_token == ev.emitted[j], "emitted token is not its row's argmax"
+            per_token.append((row.near_tie, [(t, p) for t, _, p in row.top]))
+    return dec.report(), per_token, 0
+
+
+@pytest.fixture(scope="module")
+def short_references(rt, prompts):
+    cache = {}
+
+    def get(prompt: str, pen: str):
+        if (prompt, pen) not in cache:
+            s = DecodeSettings(draft="none", max_new_tokens=MODEL_NEW_TOKENS, sampling=PENALTIES[pen])
+            cache[prompt, pen] = decode(rt, prompts[prompt], s)
+        return cache[prompt, pen]
+    return get
+
+
+def test_the_model_as_its_own_draft_accepts_every_draft_token(rt, prompts, short_references, self_draft):
+    s = DecodeSettings(draft="model", draft_model="(the bundled model)", depth=5,
+                       max_new_tokens=MODEL_NEW_TOKENS)
+    spec = decode_with(rt, prompts["summarization"], s, self_draft)
+    rep = spec[0]
+    assert rep["proposed_draft_tokens"] > 0
+    assert rep["accepted_draft_tokens"] == rep["proposed_draft_tokens"]
+    # every window drafts 5, accepts 5 and adds a bonus: 6 tokens a pass (the last may be cut)
+    assert rep["windows"] == -(-MODEL_NEW_TOKENS // 6)
+    assert_same_as_reference(spec, short_references("summarization", "off"))
+
+
+@pytest.mark.parametrize("drafter, prompt, pen", [("early-exit", "textwrap", "off"),
+                                                  ("early-exit", "summarization", "on"),
+                                                  ("model", "textwrap", "on")])
+def test_model_drafts_equal_plain_decoding(rt, prompts, short_references, self_draft, drafter,
+                                           prompt, pen):
+    s = DecodeSettings(draft=drafter, exit_layer=20, draft_model="(the bundled model)", depth=3,
+                       max_new_tokens=MODEL_NEW_TOKENS, sampling=PENALTIES[pen])
+    spec = decode_with(rt, prompts[prompt], s, self_draft if drafter == "model" else None)
+    assert spec[0]["proposed_draft_tokens"] > 0
+    if drafter == "model":     # the same model, penalized the same way: every draft accepted
+        assert spec[0]["accepted_draft_tokens"] == spec[0]["proposed_draft_tokens"]
+    assert_same_as_reference(spec, short_references(prompt, pen))
+
+
+def test_sampled_model_drafts_replay_with_the_same_seed(rt, prompts):
+    ids = prompts["summarization"]
+    s = DecodeSettings(draft="early-exit", exit_layer=20, depth=3, max_new_tokens=10, seed=5,
+                       sampling=SamplingConfig(temperature=0.7))
+    a = Decoder(rt, ids, s, detail=True)
+    events = list(a.windows())
+    b = Decoder(rt, ids, s, detail=False).run()
+    assert a.report()["tokens"] == b["tokens"]
+    rows = [r for ev in events for r in ev.rows if r.node >= 0]
+    # real q on every drafted row, and the acceptance probability it implies
+    assert rows and all(r.q is not None and 0 < r.q <= 1 for r in rows)
+    tried = [r for r in rows if r.accept_prob is not None]
+    assert tried and all(r.accept_prob == pytest.approx(min(1.0, r.p / r.q), abs=1e-6) for r in tried)

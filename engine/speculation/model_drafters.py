@@ -1,0 +1,247 @@
+"""Drafts from a model: a separate draft model, or the target's own first K layers.
+
+Both propose a chain of up to `depth` tokens rooted at the last committed token, one draft pass
+per token, and keep q, the distribution each token was drawn from, on the tree (TokenTree.q):
+
+- greedy target: the draft takes its argmax; q is the draft's softmax (shown, not used: greedy
+  verification only compares tokens);
+- sampled target: the draft samples its token from q = the draft's logits through the request's
+  own temperature / top-k / top-p / min-p, so q is close to p where the draft is good; the tree
+  rejection sampler (verify.py) then accepts with min(1, p/q) and the output is distributed as p
+  whatever q is.
+
+Penalties: the draft scores its row against the same history a target row would see (the
+committed context plus the draft path so far) with the same penalties, so under a repetition
+penalty it proposes what the penalized target would pick. Correctness never depends on it: the
+target's rows are penalized as always and the verifier uses the q the token was really drawn from.
+
+Self-speculation (`EarlyExitDrafter`, Elhoushi et al. 2024, "LayerSkip"; Zhang et al. 2023,
+"Draft & Verify"): the target's first K layers, its final norm and LM head. The draft passes
+write those K layers' keys and values into the window's scratch slots (row i at slot n + i, as
+the verify pass will), and the committed prefix is the target's own cache: nothing to keep in
+step. The verify pass then overwrites every slot it uses with the full model's values.
+
+Draft model (`DraftModelDrafter`): its own runtime and cache, holding the committed text. The
+cache remembers which token each slot holds; at the next proposal it keeps the longest prefix
+that still agrees with the committed text (the accepted draft path is already in place, as in
+the target's cache) and computes the rest together with the root in one pass.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from engine.errors import ParameterError
+from engine.model.runtime import Runtime, chain
+from engine.speculation.events import Provenance
+from engine.speculation.ngram import NgramIndex
+from engine.speculation.sampling import Rng, SamplingConfig, penalize, target_probs
+from engine.speculation.tree import TokenTree
+
+if TYPE_CHECKING:
+    from engine.speculation.verify import VerifyOutcome
+
+GREEDY = SamplingConfig()
+CATCH_UP_ROWS = 32      # committed tokens the draft model computes in its first draft pass;
+                        # more (a new prompt) go through a chunked prefill first
+
+
+def draft_token(logits: torch.Tensor, history: Sequence[int], cfg: SamplingConfig,
+                rng: Rng | None) -> tuple[int, torch.Tensor]:
+    """One draft step from the draft's logits [V]: (token, q [V] float32).
+
+    The draft row is penalized against `history` (the last cfg.penalty_window tokens a target
+    row would see). Greedy: the argmax, q the softmax; sampled: a draw from q = target_probs.
+    """
+    if cfg.penalized:
+        logits, _ = penalize(logits, list(history)[-cfg.penalty_window:], cfg)
+    logits = logits.float()
+    if cfg.greedy or rng is None:
+        return int(logits.argmax()), logits.softmax(-1)
+    q = target_probs(logits, cfg)
+    return rng.categorical(q), q
+
+
+def fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Draft logits [..., V_d] as [..., vocab]: the target's width (models pad their embedding
+    differently; the tokenizers are equal). Extra ids are dropped, missing ones get -inf."""
+    v = logits.shape[-1]
+    if v == vocab:
+        return logits
+    if v > vocab:
+        return logits[..., :vocab]
+    pad = torch.full((*logits.shape[:-1], vocab - v), float("-inf"), dtype=logits.dtype)
+    return torch.cat([logits, pad], dim=-1)
+
+
+class _ChainDrafter:
+    """A chain of model drafts, one pass per token; subclasses say which runtime and layers."""
+
+    name = "model"
+
+    def __init__(self, draft_rt: Runtime, vocab: int, exit_layer: int | None) -> None:
+        self.rt = draft_rt
+        self.vocab = vocab               # the target's logits width
+        self.exit_layer = exit_layer
+        self.windows = 0
+        self.accepted_tokens = 0
+        self.proposed_tokens = 0
+        self.draft_ms = 0.0               # wall time of all draft passes
+        self.draft_passes = 0
+        self.last_ms = 0.0                # the last proposal's draft time
+
+    @property
+    def ms_per_token(self) -> float:
+        """Measured draft time per drafted token (nan before the first draft)."""
+        return self.draft_ms / self.draft_passes if self.draft_passes else float("nan")
+
+    def reset(self, needed: int, spare: int = 0) -> None:
+        """A new request that commits up to `needed` tokens, with windows of up to `spare` rows:
+        capture the draft pass's graphs now."""
+        self.rt.warm_up(self.exit_layer)
+
+    def _first_logits(self, committed: list[int], root: int) -> torch.Tensor:
+        """The draft's logits [V] after the root; the root's keys are written at slot n."""
+        raise NotImplementedError
+
+    def _step(self, token: int, slot: int) -> torch.Tensor:
+        """Logits [V] after `token`, whose keys go to cache slot `slot` (the chain before it
+        occupies the slots below)."""
+        cache = self.rt.cache
+        with cache.at_length(slot):
+            scores = self.rt.verify([token], *chain(1), exit_layer=self.exit_layer)
+        return scores.logits[0]
+
+    def propose(self, index: NgramIndex, root: int, depth: int, width: int, budget_rows: int, *,
+                sampling: SamplingConfig | None = None, rng: Rng | None = None) -> TokenTree:
+        """A chain of up to min(depth, budget_rows - 1) tokens drafted after `root`
+        (index.tokens is the committed stream, ending with the root)."""
+        cfg = sampling or GREEDY
+        context = index.tokens
+        length = min(depth, budget_rows - 1)
+        if length < 1:
+            return TokenTree.empty(root)
+        t0 = time.perf_counter()
+        logits = self._first_logits(context[:-1], root)
+        n = self.rt.cache.length                 # the root sits at slot n
+        length = min(length, self.rt.cache.room() - 1)
+        history = list(context[-cfg.penalty_window:])
+        tokens: list[int] = []
+        qs: list[torch.Tensor] = []
+        for i in range(length):
+            tok, q = draft_token(fit_vocab(logits.float(), self.vocab), history, cfg, rng)
+            tokens.append(tok)
+            qs.append(q)
+            history.append(tok)
+            if i + 1 < length:
+                logits = self._step(tok, n + i + 1)
+        self.last_ms = (time.perf_counter() - t0) * 1e3
+        self.draft_ms += self.last_ms
+        self.draft_passes += len(tokens)
+        self.proposed_tokens += len(tokens)
+        self._drafted(context[:-1], root, tokens)
+        prov = Provenance(match=0, position=-1, source=self.name)
+        return TokenTree(root, tuple(tokens), tuple(range(-1, len(tokens) - 1)),
+                         (prov,) * len(tokens), tuple(qs))
+
+    def _drafted(self, committed: list[int], root: int, tokens: list[int]) -> None:
+        """The proposal's keys now stand in the draft cache's scratch slots."""
+
+    def observe(self, outcome: "VerifyOutcome") -> None:
+        self.windows += 1
+        self.accepted_tokens += len(outcome.accepted)
+
+
+class EarlyExitDrafter(_ChainDrafter):
+    """Self-speculation: the target's first `exit_layer` layers draft, sharing its cache."""
+
+    name = "early-exit"
+
+    def __init__(self, target: Runtime, exit_layer: int) -> None:
+        L = target.config.n_layers
+        if not 1 <= exit_layer <= L:
+            raise ParameterError(f"--exit-layer must be between 1 and the model's {L} layers, "
+                                 f"got {exit_layer}")
+        super().__init__(target, target.config.vocab_size, exit_layer)
+
+    def _first_logits(self, committed: list[int], root: int) -> torch.Tensor:
+        # the target's cache holds the committed text at every layer already
+        return self._step(root, self.rt.cache.length)
+
+
+class DraftModelDrafter(_ChainDrafter):
+    """A separate draft model with its own runtime and cache, kept in step with the text."""
+
+    name = "model"
+
+    def __init__(self, target: Runtime, draft_rt: Runtime) -> None:
+        check_vocab(target.tokenizer, draft_rt.tokenizer)
+        super().__init__(draft_rt, target.config.vocab_size, None)
+        self._slots: list[int] = []       # the token whose keys each draft cache slot holds
+
+    def reset(self, needed: int, spare: int = 0) -> None:
+        self.rt.start(needed, spare=spare)
+        self._slots = []
+        super().reset(needed, spare)
+
+    def _first_logits(self, committed: list[int], root: int) -> torch.Tensor:
+        cache = self.rt.cache
+        keep = 0                                  # slots that agree with the committed text
+        for a, b in zip(self._slots, committed):
+            if a != b:
+                break
+            keep += 1
+        if keep <= cache.length:
+            cache.truncate(keep)
+        else:
+            cache.advance(keep - cache.length)   # the accepted draft path is already in place
+        pending = committed[keep:]
+        if len(pending) > CATCH_UP_ROWS:          # a new prompt: prefill it in chunks
+            self.rt.prefill(pending)
+            pending = []
+        rows = pending + [root]
+        logits = self.rt.verify(rows, *chain(len(rows))).logits[-1]
+        cache.advance(len(pending))
+        return logits
+
+    def _drafted(self, committed: list[int], root: int, tokens: list[int]) -> None:
+        # slots [0, n) hold the committed text, n the root, n + i the i-th draft token (the
+        # last draft token was never fed back)
+        self._slots = list(committed) + [root] + tokens[:-1]
+
+
+def check_vocab(target_tok, draft_tok) -> None:
+    """The draft must share the target's vocabulary: same token for every id."""
+    t, d = target_tok.backend, draft_tok.backend
+    tv, dv = t.get_vocab(with_added_tokens=True), d.get_vocab(with_added_tokens=True)
+    if tv == dv:
+        return
+    nt, nd = len(tv), len(dv)
+    ti = {i: s for s, i in tv.items()}
+    di = {i: s for s, i in dv.items()}
+    first = next((i for i in range(max(nt, nd)) if ti.get(i) != di.get(i)), None)
+    raise ParameterError(
+        f"the draft model's vocabulary differs from the target's: the target has {nt} tokens, "
+        f"the draft {nd}; the first differing token is id {first}: "
+        f"{ti.get(first)!r} in the target, {di.get(first)!r} in the draft. "
+        f"Pick a draft model of the same family (same tokenizer)")
+
+
+def size_warning(target: Runtime, draft_rt: Runtime) -> str:
+    """A line for the user when the draft is not smaller than the target ("" when it is)."""
+    if draft_rt.weight_bytes < target.weight_bytes:
+        return ""
+    return (f"warning: the draft model ({draft_rt.weights_label}) is not smaller than the target "
+            f"({target.weights_label}): drafting will cost more than it saves")
+
+
+def make_model_drafter(name: str, target: Runtime, exit_layer: int,
+                       draft_rt: Runtime | None) -> _ChainDrafter:
+    if name == "early-exit":
+        return EarlyExitDrafter(target, exit_layer)
+    if draft_rt is None:
+        raise ParameterError("--draft model needs --draft-model PATH (a .gguf file or an HF folder)")
+    return DraftModelDrafter(target, draft_rt)
