@@ -46,7 +46,13 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt", help="raw text to continue (no chat template)")
     src.add_argument("--prompt-file", help=".txt: raw text; .json: chat messages (chat template)")
     g = p.add_argument_group("drafting")
-    g.add_argument("--draft", default=d.draft, choices=DRAFTERS)
+    g.add_argument("--draft", default=d.draft, choices=DRAFTERS,
+                   help="lookup / tree: n-gram drafts from the context; model: a draft model "
+                        "(--draft-model); early-exit: the target's first --exit-layer layers")
+    g.add_argument("--draft-model", default=d.draft_model, metavar="PATH",
+                   help="--draft model: a .gguf file or HF folder with the target's vocabulary")
+    g.add_argument("--exit-layer", type=int, default=d.exit_layer, metavar="K",
+                   help="--draft early-exit: how many of the target's layers draft")
     g.add_argument("--depth", type=int, default=d.depth, help="draft tokens per branch")
     g.add_argument("--width", type=int, default=d.width, help="branches of the tree drafter")
     g.add_argument("--ngram-min", type=int, default=d.ngram_min)
@@ -99,6 +105,8 @@ def cmd_generate(a: argparse.Namespace) -> int:
                       weights=a.weights)
     ids = encode_prompt(rt.tokenizer, prompt)
     dec = Decoder(rt, ids, settings, detail=False)
+    if dec.notice:                            # e.g. a draft model larger than the target
+        print(f"specscope: {dec.notice}", file=sys.stderr)
     if not quiet:
         dec.progress = Progress()     # a first --adaptive run probes the device
     if quiet:

@@ -212,6 +212,63 @@ def test_q_draft_single_and_siblings_and_the_replace_from_p_control():
     assert q_draft_pvalue(ReplaceFromP, 2) < ALPHA
 
 
+class WrongChildQ(TreeRejection):
+    """Bug: a node below depth 1 is judged against its parent's q instead of its own."""
+
+    def __init__(self, tree, p, q=None):
+        super().__init__(tree, p, q)
+        self._q = [qi if par < 0 else self._q[par] for qi, par in zip(self._q, tree.parents)]
+
+
+def model_draft_pvalues(walker, parents: list[int], q_scale: float = 1.5) -> tuple[float, float]:
+    """A model draft: every node drawn from its own q (as model_drafters does, one q per node;
+    siblings independently, duplicates allowed), over 200,000 windows grouped by what was drafted.
+
+    Returns the p-values of (the first emitted token against p at the root row; the second
+    token, given the depth-1 node c the window continued through, against p at c's row).
+    """
+    n_nodes = len(parents)
+    logits = fixed_logits(1 + n_nodes, seed=21, scale=1.5)
+    qs = [torch.softmax(torch.randn(V, generator=torch.Generator().manual_seed(30 + i)) * q_scale, -1)
+          for i in range(n_nodes)]
+    g = torch.Generator().manual_seed(5)
+    drafts = torch.stack([torch.multinomial(q, N_TRIALS, replacement=True, generator=g)
+                          for q in qs], dim=1)                   # [N, nodes]
+    p = target_probs(logits, PLAIN).double()                      # [R, V]: no penalties here
+    firsts, seconds = [], []
+    combos, inverse = torch.unique(drafts, dim=0, return_inverse=True)
+    for k, combo in enumerate(combos.tolist()):
+        n = int((inverse == k).sum())
+        tree = make_tree(combo, parents, q=qs)
+        last, tok = run_trials(tree, logits, CTX, PLAIN, n=n, seed=200 + k, walker=walker)
+        first, second = first_two(tree, last, tok)
+        firsts.append(first)
+        # which depth-1 node the window went through (-1: it stopped at the root)
+        through = torch.tensor([(tree.path_to(i) + [-1])[0] for i in range(len(tree))] + [-1])
+        c = through[torch.where(last < 0, len(tree), last)]
+        seconds.append(torch.stack([c[c >= 0], second[c >= 0]], dim=1))
+    first_p = chi2_pvalue(torch.cat(firsts), p[0])
+    pairs = torch.cat(seconds)                                    # [M, 2]: (node, token)
+    counts = torch.bincount(pairs[:, 0], minlength=n_nodes).double()
+    expected = counts[:, None] * p[1:]                            # node c is judged at row c + 1
+    return first_p, chi2_pvalue(pairs[:, 0] * V + pairs[:, 1], expected.flatten())
+
+
+def test_model_drafted_chain_with_real_q_and_its_controls():
+    first, second = model_draft_pvalues(TreeRejection, [-1, 0])
+    assert first > ALPHA and second > ALPHA
+    assert model_draft_pvalues(ReplaceFromP, [-1, 0])[0] < ALPHA
+    assert model_draft_pvalues(WrongChildQ, [-1, 0])[1] < ALPHA
+
+
+def test_model_drafted_tree_with_real_q_and_its_controls():
+    tree = [-1, -1, 0, 1]                     # two root children, each with one child
+    # peaked drafts: fewer distinct trees to group the 200,000 windows by
+    first, second = model_draft_pvalues(TreeRejection, tree, q_scale=3.0)
+    assert first > ALPHA and second > ALPHA
+    assert model_draft_pvalues(WrongChildQ, tree, q_scale=3.0)[1] < ALPHA
+
+
 def test_penalties_on_every_row():
     """Siblings at the root and a grandchild: every row is penalized against its own path, so
     the second token must follow the penalized AR distribution given the first."""
