@@ -27,3 +27,13 @@ def open_runtime(model: str | None = None, device: str = "auto", dtype: str = "a
     if progress:
         progress("ready", 1.0)
     return rt
+
+
+def draft_opener(target: Runtime, weights: str = "auto",
+                 progress: Progress | None = None) -> Callable[[str], Runtime]:
+    """How a Decoder opens its `--draft-model PATH`: on the target's device, in its dtype.
+
+    Decoder(rt, ids, settings, open_model=draft_opener(rt))
+    """
+    return lambda path: open_runtime(path, str(target.device), target.dtype_name,
+                                     progress=progress, weights=weights)

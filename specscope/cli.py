@@ -98,13 +98,14 @@ def cmd_generate(a: argparse.Namespace) -> int:
     prompt = prompt_from_args(a)
     from engine.speculation.decoder import Decoder
     from engine.io.prompts import encode_prompt
-    from engine.session import open_runtime
+    from engine.session import draft_opener, open_runtime
 
     quiet = a.json
     rt = open_runtime(a.model, a.device, a.dtype, progress=None if quiet else Progress(),
                       weights=a.weights)
     ids = encode_prompt(rt.tokenizer, prompt)
-    dec = Decoder(rt, ids, settings, detail=False)
+    dec = Decoder(rt, ids, settings, detail=False,
+                  open_model=draft_opener(rt, weights=a.weights))
     if dec.notice:                            # e.g. a draft model larger than the target
         print(f"specscope: {dec.notice}", file=sys.stderr)
     if not quiet:

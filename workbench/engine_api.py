@@ -18,8 +18,9 @@ def open_runtime(model: str | None, device: str, dtype: str, progress: Progress 
 
 
 def Decoder(rt, ids, settings, controls=None, stop=None):  # noqa: N802 - mirrors the class name
+    from engine.session import draft_opener
     from engine.speculation.decoder import Decoder as _Decoder
-    return _Decoder(rt, ids, settings, controls=controls, stop=stop)
+    return _Decoder(rt, ids, settings, controls=controls, stop=stop, open_model=draft_opener(rt))
 
 
 def encode_prompt(rt, prompt) -> list[int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 from engine.cost.chooser import ArFloor, Choice, WindowChooser
@@ -48,7 +48,8 @@ class Decoder:
     def __init__(self, runtime: Runtime, prompt_ids: list[int], settings: DecodeSettings,
                  controls: "queue.Queue[DecodeSettings] | None" = None,
                  stop: threading.Event | None = None, detail: bool = True, profile=None,
-                 draft_runtime: Runtime | None = None):
+                 draft_runtime: Runtime | None = None,
+                 open_model: Callable[[str], Runtime] | None = None):
         if not prompt_ids:
             raise ParameterError("the prompt is empty: give some text to continue")
         self.rt = runtime
@@ -65,8 +66,10 @@ class Decoder:
         self.index = NgramIndex(s.ngram_min, s.ngram_max)
         self.index.extend(self.context)
         self.rng = Rng(s.seed)
-        # --draft model: the draft's runtime (given, or opened from settings.draft_model)
+        # --draft model: the draft's runtime, given or opened from settings.draft_model with
+        # open_model (engine.session.draft_opener: the target's device and dtype)
         self.draft_rt = draft_runtime
+        self.open_model = open_model
         self._draft_rt_for = s.draft_model if draft_runtime is not None else None
         self.draft_load_s = 0.0
         self.notice = ""            # a one-time line for the user (a draft model's size warning)
@@ -108,9 +111,11 @@ class Decoder:
         if s.draft not in MODEL_DRAFTERS:
             return make_drafter(s.draft, s.match)
         if s.draft == "model" and (self.draft_rt is None or self._draft_rt_for != s.draft_model):
-            from engine.session import open_runtime    # the one place that opens model files
+            if self.open_model is None:
+                raise ParameterError("this decoder was given no way to open a draft model "
+                                     "(engine.session.draft_opener)")
             t0 = time.perf_counter()
-            self.draft_rt = open_runtime(s.draft_model, str(self.rt.device), self.rt.dtype_name)
+            self.draft_rt = self.open_model(s.draft_model)
             self.draft_load_s = time.perf_counter() - t0
             self._draft_rt_for = s.draft_model
         drafter = make_model_drafter(s.draft, self.rt, s.exit_layer,

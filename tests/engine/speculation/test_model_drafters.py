@@ -14,6 +14,7 @@ import torch
 from engine.errors import ParameterError
 from engine.io.load import load_model
 from engine.model.runtime import Runtime, chain
+from engine.session import draft_opener
 from engine.speculation.decoder import Decoder
 from engine.speculation.model_drafters import DraftModelDrafter, EarlyExitDrafter
 from engine.speculation.ngram import NgramIndex
@@ -67,7 +68,7 @@ def test_the_warning_reaches_the_first_event_only(tiny_paths):
     target = Runtime(load_model(tiny_paths["qwen2"]), "cpu", "float32")
     s = DecodeSettings(draft="model", draft_model=str(tiny_paths["llama"]), depth=2, max_new_tokens=6)
     ids = target.tokenizer.encode("the cat sat")
-    events = list(Decoder(target, ids, s).windows())
+    events = list(Decoder(target, ids, s, open_model=draft_opener(target)).windows())
     assert "not smaller than the target" in events[0].notice
     assert all(ev.notice == "" for ev in events[1:])
 
