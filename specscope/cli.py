@@ -77,6 +77,18 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--penalty-window", type=int, default=c.penalty_window)
 
 
+def add_window_draft_args(w) -> None:
+    """The drafter the window starts with (`generate` has its own --draft ...: these keep
+    gui_ names so a value given before a subcommand never reaches it)."""
+    d = DecodeSettings()
+    w.add_argument("--draft", dest="gui_draft", default=d.draft, choices=DRAFTERS)
+    w.add_argument("--draft-model", dest="gui_draft_model", default=None, metavar="PATH")
+    w.add_argument("--exit-layer", dest="gui_exit_layer", type=int, default=d.exit_layer, metavar="K")
+    w.add_argument("--depth", dest="gui_depth", type=int, default=d.depth)
+    w.add_argument("--temperature", dest="gui_temperature", type=float, default=0.0,
+                   help="0 = greedy")
+
+
 def settings_from_args(a: argparse.Namespace) -> DecodeSettings:
     # every decode flag's dest is the name of its settings field (--top-p -> top_p, a sampler
     # field); from_dict takes the flat form and ignores the other options
@@ -166,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt for the window: .txt raw text; .json chat messages")
     w.add_argument("--no-probe", action="store_true",
                    help="do not probe the card's verify cost when no saved profile exists")
+    add_window_draft_args(w)
     add_model_args(p)
     sub = p.add_subparsers(dest="command")
     g = sub.add_parser("generate", help="headless run; prints text, or one JSON report with --json")

@@ -29,6 +29,18 @@ def display_available(env: dict | None = None) -> bool:
     return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
 
 
+def window_settings(args: argparse.Namespace):
+    """The settings the window starts with: the window's draft options (--draft, --draft-model,
+    --exit-layer, --depth, --temperature), defaults for the rest."""
+    from engine.speculation.settings import DecodeSettings
+    d = DecodeSettings()
+    s = DecodeSettings(draft=getattr(args, "gui_draft", d.draft),
+                       draft_model=getattr(args, "gui_draft_model", None),
+                       exit_layer=getattr(args, "gui_exit_layer", d.exit_layer),
+                       depth=getattr(args, "gui_depth", d.depth))
+    return s.with_sampling(temperature=getattr(args, "gui_temperature", 0.0))
+
+
 def main(args: argparse.Namespace) -> int:
     """The window, from the options `specscope.cli` parsed (the one parser of the command)."""
     shot = args.screenshot
@@ -63,10 +75,12 @@ def main(args: argparse.Namespace) -> int:
             prompt = engine_api.read_prompt_file(args.gui_prompt_file)
         if args.replay:         # its reason on stderr too, not only in the window's banner
             load_recording(args.replay)
+        settings = window_settings(args)
     except SpecscopeError as e:
         print(f"specscope: error: {e}", file=sys.stderr)
         return 2
-    win = MainWindow(RuntimeSpec(args.model, args.device, args.dtype, args.weights), prompt, probe=not args.no_probe)
+    win = MainWindow(RuntimeSpec(args.model, args.device, args.dtype, args.weights), prompt,
+                     settings=settings, probe=not args.no_probe)
     if shot:
         return run_offscreen(app, win, shot, windows, args.replay, print_report)
     win.show()

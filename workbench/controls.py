@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QRadioButton, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
+                               QLabel, QLineEdit, QRadioButton, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from engine.errors import ParameterError
 from engine.speculation.sampling import SamplingConfig
-from engine.speculation.settings import DRAFTERS, MATCH_RULES, DecodeSettings
+from engine.speculation.settings import DRAFTERS, MATCH_RULES, NGRAM_DRAFTERS, DecodeSettings
 
 
 def _fit(w: QWidget) -> QWidget:
@@ -95,7 +95,14 @@ class ControlsPanel(QScrollArea):
         self.draft = _fit(QComboBox())
         self.draft.addItems(list(DRAFTERS))
         self.draft.setToolTip("none: plain decoding · lookup: one prompt-lookup continuation · "
-                              "tree: the top n-gram matches as a token tree")
+                              "tree: the top n-gram matches as a token tree · model: a draft "
+                              "model's chain · early-exit: the target's first K layers draft")
+        self.exit_layer = _spin(1, 256, "early-exit: how many of the target's layers draft "
+                                        "(their keys are shared with the target)")
+        self.draft_model = _fit(QLineEdit())
+        self.draft_model.setPlaceholderText("draft model: .gguf file or HF folder")
+        self.draft_model.setToolTip("model: a draft model with the target's vocabulary "
+                                    "(loaded on the target's device at the next window)")
         self.depth = _spin(0, 128, "draft tokens per branch")
         self.width = _spin(0, 32, "branches of the tree drafter")
         self.ngram_min = _spin(0, 32, "shortest n-gram to look up")
@@ -117,6 +124,7 @@ class ControlsPanel(QScrollArea):
         flags.addStretch(1)
         lay.addWidget(_group("Drafting", [
             ("drafter", self.draft), [("depth", self.depth), ("width", self.width)],
+            ("exit layer", self.exit_layer), ("draft model", self.draft_model),
             ("n-gram", ngram), ("match", self.match), (None, flags)]))
 
         # sampling
@@ -165,7 +173,8 @@ class ControlsPanel(QScrollArea):
             w.currentTextChanged.connect(self._changed)
         for w in (self.adaptive, self.ar_floor, self.greedy):
             w.toggled.connect(self._changed)
-        for w in (self.depth, self.width, self.ngram_min, self.ngram_max, self.top_k, self.seed,
+        self.draft_model.editingFinished.connect(self._changed)
+        for w in (self.depth, self.width, self.exit_layer, self.ngram_min, self.ngram_max, self.top_k, self.seed,
                   self.penalty_window, self.max_new_tokens, self.temperature, self.top_p, self.min_p,
                   self.repeat_penalty, self.presence_penalty, self.frequency_penalty):
             w.valueChanged.connect(self._changed)
@@ -176,6 +185,8 @@ class ControlsPanel(QScrollArea):
         self._loading = True
         try:
             self.draft.setCurrentText(s.draft)
+            self.exit_layer.setValue(s.exit_layer)
+            self.draft_model.setText(s.draft_model or "")
             self.depth.setValue(s.depth)
             self.width.setValue(s.width)
             self.ngram_min.setValue(s.ngram_min)
@@ -210,6 +221,7 @@ class ControlsPanel(QScrollArea):
             draft=self.draft.currentText(), depth=self.depth.value(), width=self.width.value(),
             ngram_min=self.ngram_min.value(), ngram_max=self.ngram_max.value(),
             match=self.match.currentText(), adaptive=self.adaptive.isChecked(),
+            exit_layer=self.exit_layer.value(), draft_model=self.draft_model.text().strip() or None,
             ar_floor=self.ar_floor.isChecked(),
             sampling=SamplingConfig(
                 temperature=self.temperature.value() if sampled else 0.0,
@@ -244,10 +256,14 @@ class ControlsPanel(QScrollArea):
             self.settings_changed.emit(s)
 
     def _enable(self) -> None:
-        drafting = self.draft.currentText() != "none"
-        for w in (self.depth, self.ngram_min, self.ngram_max, self.match, self.adaptive, self.ar_floor):
-            w.setEnabled(drafting)
-        self.width.setEnabled(self.draft.currentText() == "tree")
+        kind = self.draft.currentText()
+        self.depth.setEnabled(kind != "none")
+        self.ar_floor.setEnabled(kind != "none")
+        for w in (self.ngram_min, self.ngram_max, self.match, self.adaptive):
+            w.setEnabled(kind in NGRAM_DRAFTERS)
+        self.width.setEnabled(kind == "tree")
+        self.exit_layer.setEnabled(kind == "early-exit")
+        self.draft_model.setEnabled(kind == "model")
         sampled = self.sampled.isChecked()
         for w in (self.temperature, self.top_k, self.top_p, self.min_p, self.seed):
             w.setEnabled(sampled)

@@ -249,6 +249,8 @@ class MainWindow(QMainWindow):
 
     def _on_window(self, ev: WindowEvent) -> None:
         self.store.append(ev)              # cheap; the timeline and views catch up at the next frame
+        if ev.notice:                      # e.g. a draft model larger than the target
+            self.status.say(ev.notice)
         self.pacer.mark()
 
     def _on_finished(self, report: dict) -> None:

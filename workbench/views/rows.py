@@ -87,6 +87,11 @@ class RowsModel(QAbstractTableModel):
             if row.near_tie:
                 tip += ("<br>≈ near tie: the top-2 margin is within this dtype's rounding noise; where "
                         "rows are not bit-exact (see the stats view) another pass could pick the other")
+            if row.q is not None:
+                tip += f"<br>q = {row.q:.4f}: the draft model's probability of its token"
+                if row.accept_prob is not None:
+                    tip += (f"<br>accepted with probability {row.accept_prob:.4f} "
+                            "(sampled: min(1, p′/q); greedy: 1 if it is the argmax, else 0)")
             return tip
         return None
 

@@ -8,6 +8,8 @@ over every window's run of accepts and its first reject).
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -58,6 +60,9 @@ class StatsView(QWidget):
         self.headline.setFixedHeight(2 * self.headline.fontMetrics().lineSpacing() + 4)
         self.floor = QLabel("")
         self.floor.setObjectName("chip")
+        # which drafter the shown window used (and why: the tooltip), its draft vs verify time
+        self.drafter = QLabel("")
+        self.drafter.setObjectName("chip")
         self.glw = pg.GraphicsLayoutWidget()
         self.glw.ci.setSpacing(10)
         self.p_tps = self.glw.addPlot(row=0, col=0)
@@ -115,7 +120,7 @@ class StatsView(QWidget):
         self.m_window = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.TEXT + "80", width=1))
         self.p_pass.addItem(self.m_window)
         self.p_depth.setYRange(0, 1.05, padding=0)
-        column(self, row((self.headline, 1), self.floor), (self.glw, 1))
+        column(self, row((self.headline, 1), self.drafter, self.floor), (self.glw, 1))
         self.ar_ms: float | None = None
         self.state: dict = {}
         self._empty = False
@@ -148,6 +153,8 @@ class StatsView(QWidget):
             self._empty = True
             self.headline.setText(f"<span style='color:{theme.MUTED}'>no windows yet</span>")
             self.floor.setText("AR floor: off")
+            self.drafter.setText("")
+            self.drafter.setToolTip("")
             self.state = {}
             return
         if self._empty:
@@ -166,6 +173,20 @@ class StatsView(QWidget):
         if part in ("all", "bottom"):
             self._draw_bottom(ev, acc)
         self._describe(ev, acc, ar_tps, upto, store.decode_tok_s(upto), store.near_tie_windows(upto))
+        self._describe_drafter(store, upto, ev)
+
+    def _describe_drafter(self, store: EventStore, upto: int, ev) -> None:
+        """The window's drafter and its draft vs verify time; the run's means in the tooltip."""
+        drafted = [e for e in store.events[: upto + 1] if e.tokens]
+        draft_ms = sum(e.propose_ms for e in drafted) / len(drafted) if drafted else 0.0
+        verify_ms = sum(e.verify_ms for e in drafted) / len(drafted) if drafted else 0.0
+        self.drafter.setText(f"{ev.drafter} · draft {ev.propose_ms:.1f} / verify "
+                             f"{ev.verify_ms:.1f} ms")
+        self.drafter.setToolTip(
+            f"window {ev.index}: {html.escape(ev.reason or ev.drafter)}<br>"
+            f"drafted windows so far: draft {draft_ms:.1f} ms, verify {verify_ms:.1f} ms a window")
+        self.state.update(drafter=ev.drafter, reason=ev.reason, draft_ms=draft_ms,
+                          verify_ms=verify_ms)
 
     def _draw_top(self, store: EventStore, upto: int, ev, ar_tps: float | None) -> None:
         ser = store.series(upto)

@@ -41,6 +41,7 @@ class NodeState:
     role: str            # ROOT | ACCEPTED | REJECTED | NOT_REACHED | BONUS | CORRECTION | TARGET
     color: str
     on_path: bool
+    q: float | None = None   # the draft's probability of the node's token (model drafts)
 
 
 def node_roles(ev: WindowEvent) -> list[str]:
@@ -54,6 +55,12 @@ def node_roles(ev: WindowEvent) -> list[str]:
         else:
             roles.append(ACCEPTED if i in on_path else NOT_REACHED)
     return roles
+
+
+def node_q(ev: WindowEvent, i: int) -> float | None:
+    """Node i's draft probability q, from its verify row (None: a point-mass n-gram draft)."""
+    r = i + 1
+    return ev.rows[r].q if r < len(ev.rows) and ev.rows[r].node == i else None
 
 
 def extra_token(ev: WindowEvent) -> tuple[str, str] | None:
@@ -230,9 +237,12 @@ class TokenTreeView(QWidget):
 
         depth = {-1: 0}
         labels = {-1: visible(ev.root_text, LABEL_LIMIT)}
+        qs = {i: node_q(ev, i) for i in range(n)}
         for i in range(n):
             depth[i] = ev.depths[i] if i < len(ev.depths) else 1
             labels[i] = visible(ev.texts[i], LABEL_LIMIT)
+            if qs[i] is not None:          # a model draft: its q beside the token
+                labels[i] += f"  q{fmt_prob(qs[i], 2).lstrip('0')}"
         if extra is not None:
             depth[EXTRA_ID] = depth[extra_parent] + 1
             labels[EXTRA_ID] = visible(extra[0], LABEL_LIMIT)
@@ -296,7 +306,7 @@ class TokenTreeView(QWidget):
                 self.scene.addItem(item)
 
         def add(k: int, label: str, role: str, color: str, *, bold=False, dashed=False, path=False,
-                row=-1, tip=""):
+                row=-1, tip="", q=None):
             fill = theme.tint(color, 0.30 if path or dashed else 0.16)
             it = _Node(rects[k], label, color, fill, bold=bold, dashed=dashed, on_path=path,
                        row=row, on_click=self.row_selected.emit)
@@ -304,14 +314,14 @@ class TokenTreeView(QWidget):
             self.scene.addItem(it)
             self._items.append(it)
             node_id = -1 if k == -1 else (-2 if k == EXTRA_ID else k)
-            self._states.append(NodeState(node_id, label, role, color, path))
+            self._states.append(NodeState(node_id, label, role, color, path, q))
 
         add(-1, labels[-1], ROOT, theme.TEXT, bold=True, path=True, row=0,
             tip=self._root_tip(ev))
         for i in range(n):
             role = roles[i]
             add(i, labels[i], role, theme.OUTCOME_COLOR.get(role, theme.GREY), path=i in on_path,
-                row=i + 1, tip=self._node_tip(ev, i, role))
+                row=i + 1, tip=self._node_tip(ev, i, role), q=qs[i])
         if extra is not None:
             kind = extra[1]
             color = theme.OUTCOME_COLOR.get(kind, theme.TEXT)
@@ -333,8 +343,11 @@ class TokenTreeView(QWidget):
                  f"{theme.OUTCOME_LABEL.get(role, role)}</span>"]
         if i < len(ev.provenance):
             pv = ev.provenance[i]
-            lines.append(f"match rank {pv.match} · copied from position {pv.position} · "
-                         f"seen {pv.count}× · {pv.source}")
+            if pv.position < 0:
+                lines.append(f"drafted by {pv.source}")
+            else:
+                lines.append(f"match rank {pv.match} · copied from position {pv.position} · "
+                             f"seen {pv.count}× · {pv.source}")
         r = i + 1
         if r < len(ev.rows):
             row = ev.rows[r]
