@@ -116,11 +116,15 @@ class ControlsPanel(QScrollArea):
         self.match.setToolTip("which earlier occurrence the lookup drafter copies")
         self.adaptive = QCheckBox("adaptive")
         self.adaptive.setToolTip("price every window on the card's cost profile and pick depth and width")
+        self.takeover = QCheckBox("takeover")
+        self.takeover.setToolTip("model drafts: each window, the n-gram tree drafts instead when "
+                                 "it is expected to emit more tokens per ms")
         self.ar_floor = QCheckBox("AR floor")
         self.ar_floor.setToolTip("measure plain decoding and retire speculation when it is not cheaper")
         flags = QHBoxLayout()
         flags.addWidget(self.adaptive)
         flags.addWidget(self.ar_floor)
+        flags.addWidget(self.takeover)
         flags.addStretch(1)
         lay.addWidget(_group("Drafting", [
             ("drafter", self.draft), [("depth", self.depth), ("width", self.width)],
@@ -171,7 +175,7 @@ class ControlsPanel(QScrollArea):
         self.set_settings(DecodeSettings())
         for w in (self.draft, self.match):
             w.currentTextChanged.connect(self._changed)
-        for w in (self.adaptive, self.ar_floor, self.greedy):
+        for w in (self.adaptive, self.ar_floor, self.takeover, self.greedy):
             w.toggled.connect(self._changed)
         self.draft_model.editingFinished.connect(self._changed)
         for w in (self.depth, self.width, self.exit_layer, self.ngram_min, self.ngram_max, self.top_k, self.seed,
@@ -194,6 +198,7 @@ class ControlsPanel(QScrollArea):
             self.match.setCurrentText(s.match)
             self.adaptive.setChecked(s.adaptive)
             self.ar_floor.setChecked(s.ar_floor)
+            self.takeover.setChecked(s.takeover)
             c = s.sampling
             (self.greedy if c.greedy else self.sampled).setChecked(True)
             self.temperature.setValue(c.temperature if not c.greedy else 0.7)
@@ -222,7 +227,7 @@ class ControlsPanel(QScrollArea):
             ngram_min=self.ngram_min.value(), ngram_max=self.ngram_max.value(),
             match=self.match.currentText(), adaptive=self.adaptive.isChecked(),
             exit_layer=self.exit_layer.value(), draft_model=self.draft_model.text().strip() or None,
-            ar_floor=self.ar_floor.isChecked(),
+            ar_floor=self.ar_floor.isChecked(), takeover=self.takeover.isChecked(),
             sampling=SamplingConfig(
                 temperature=self.temperature.value() if sampled else 0.0,
                 top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(),
@@ -264,6 +269,7 @@ class ControlsPanel(QScrollArea):
         self.width.setEnabled(kind == "tree")
         self.exit_layer.setEnabled(kind == "early-exit")
         self.draft_model.setEnabled(kind == "model")
+        self.takeover.setEnabled(kind in ("model", "early-exit"))
         sampled = self.sampled.isChecked()
         for w in (self.temperature, self.top_k, self.top_p, self.min_p, self.seed):
             w.setEnabled(sampled)

@@ -23,11 +23,12 @@ from engine.cost.probe import card_profile
 from engine.errors import NumericalError, ParameterError
 from engine.model.runtime import Runtime
 from engine.speculation import events as E
-from engine.speculation.drafters import Drafter, make_drafter, tree_rows
+from engine.speculation.drafters import Drafter, TreeDrafter, make_drafter, tree_rows
 from engine.speculation.model_drafters import make_model_drafter, size_warning
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng
 from engine.speculation.settings import MODEL_DRAFTERS, DecodeSettings
+from engine.speculation.takeover import NGRAM, Takeover
 from engine.speculation.tree import TokenTree
 from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_greedy_top_k, verify_sampled
 from engine.speculation.window_events import verify_rows, window_event
@@ -76,6 +77,10 @@ class Decoder:
         self._needed = 0            # cache slots of this request (known once the run starts)
         self.drafter: Drafter | None = self._build_drafter(s)
         self._drafter_spec = _drafter_spec(s)
+        # --takeover (model drafts): the n-gram tree beside the model, and who drafts each window
+        self.takeover: Takeover | None = None
+        self.ngram_drafter: TreeDrafter | None = None
+        self._kind: str | None = None
         self.chooser: WindowChooser | None = None   # --adaptive: built (and priced) at the start
         self.floor: ArFloor | None = None
         # results
@@ -133,6 +138,13 @@ class Decoder:
         if _drafter_spec(s) != self._drafter_spec:
             self.drafter = self._build_drafter(s)
             self._drafter_spec = _drafter_spec(s)
+            self.takeover = None
+        if s.takeover and s.draft in MODEL_DRAFTERS:
+            if self.takeover is None:
+                self.takeover = Takeover(model_name=s.draft)
+                self.ngram_drafter = TreeDrafter()
+        else:
+            self.takeover = self.ngram_drafter = None
         if s.adaptive and s.draft not in ("none", *MODEL_DRAFTERS):   # prices n-gram trees
             if self.chooser is None:
                 self.chooser = WindowChooser(
@@ -205,11 +217,14 @@ class Decoder:
             self.context.extend(emitted)
             self.index.extend(emitted)
             self.new_tokens.extend(emitted)
-            if self.drafter is not None:
-                self.drafter.observe(outcome)
+            used = self.ngram_drafter if self._kind == NGRAM else self.drafter
+            if used is not None:
+                used.observe(outcome)
             self._count(tree, outcome)
             t3 = time.perf_counter()
             window_ms = (t3 - t0) * 1e3
+            if self.takeover is not None and self._kind is not None:
+                self.takeover.observe(self._kind, len(outcome.emitted), window_ms)
             if self.floor is not None:
                 if plan.plain and self.floor.want_plain_step():
                     self.floor.record_plain(window_ms)
@@ -223,7 +238,8 @@ class Decoder:
                               rows=rows_ev, emitted=emitted, kinds=kinds,
                               times_s=(t1 - t0, t2 - t1, t3 - t2), plan=plan, settings=s,
                               stats=self._stats(), finish=finish, text=self.tok.token_text,
-                              notice=self.notice)
+                              notice=self.notice,
+                              drafter="tree" if self._kind == NGRAM else s.draft)
             self.notice = ""
             if self.chooser is not None:
                 self.chooser.observe_event(ev)
@@ -248,8 +264,10 @@ class Decoder:
         return self.profile
 
     def _plan(self, remaining: int) -> Choice:
-        """This window's depth and width: fixed settings, the chooser's pick, or the AR floor."""
+        """This window's depth and width: fixed settings, the chooser's pick, or the AR floor;
+        with --takeover, also who drafts it (self._kind)."""
         s = self.settings
+        self._kind = None
         depth = max(0, min(s.depth, remaining - 1))
         width = 1 if s.draft == "lookup" else s.width
         if self.drafter is None or depth == 0:
@@ -257,6 +275,12 @@ class Decoder:
                           is None else "plain decode: the last token of the request")
         if self.floor is not None and self.floor.want_plain_step():
             return Choice(0, 0, 1, float("nan"), 1.0, f"AR floor: {self.floor.reason}")
+        if self.takeover is not None:
+            self._kind, why = self.takeover.choose(bool(self.index.lookup()[1]))
+            if self._kind == NGRAM:
+                return Choice(depth, s.width, tree_rows(depth, s.width), float("nan"),
+                              float("nan"), why)
+            return Choice(depth, 1, 1 + depth, float("nan"), float("nan"), why)
         if s.draft in MODEL_DRAFTERS:
             who = f"the first {s.exit_layer} layers" if s.draft == "early-exit" else "the draft model"
             return Choice(depth, 1, 1 + depth, float("nan"), float("nan"),
@@ -275,6 +299,9 @@ class Decoder:
         s = self.settings
         rows = tree_rows(plan.depth, plan.width) if s.draft == "tree" else 1 + plan.depth
         budget = min(MAX_ROWS, rows, self.rt.window_room())
+        if self._kind == NGRAM:
+            budget = min(MAX_ROWS, plan.rows, self.rt.window_room())
+            return self.ngram_drafter.propose(self.index, root, plan.depth, plan.width, budget)
         if s.draft in MODEL_DRAFTERS:
             return self.drafter.propose(self.index, root, plan.depth, plan.width, budget,
                                         sampling=s.sampling, rng=self.rng)

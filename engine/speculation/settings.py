@@ -34,6 +34,7 @@ class DecodeSettings:
     ar_floor: bool = False
     draft_model: str | None = None   # --draft model: a GGUF file or HF folder sharing the vocabulary
     exit_layer: int = 8              # --draft early-exit: the target's first K layers draft
+    takeover: bool = False           # model drafts: the n-gram tree takes windows it prices cheaper
     # what each row's distribution is (temperature 0 = greedy), and the request's random stream
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0

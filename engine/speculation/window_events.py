@@ -54,10 +54,11 @@ def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "V
                  rows: list[E.VerifyRow], emitted: list[int], kinds: list[str],
                  times_s: tuple[float, float, float], plan: "Choice", settings: DecodeSettings,
                  stats: E.WindowStats, finish: str, text: Callable[[int], str],
-                 notice: str = "") -> E.WindowEvent:
+                 notice: str = "", drafter: str | None = None) -> E.WindowEvent:
     """The event of a window whose `emitted` tokens already stand at the end of `context`.
 
-    times_s: (propose, verify, commit) seconds.
+    times_s: (propose, verify, commit) seconds. `drafter`: who drafted the window when it is not
+    settings.draft (a takeover by the n-gram tree).
     """
     propose_ms, verify_ms, commit_ms = (t * 1e3 for t in times_s)
     root = context[-len(emitted) - 1] if emitted else context[-1]
@@ -70,7 +71,7 @@ def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "V
         emitted=emitted, emitted_texts=[text(t) for t in emitted],
         emitted_kinds=kinds, propose_ms=propose_ms, verify_ms=verify_ms, commit_ms=commit_ms,
         window_ms=propose_ms + verify_ms + commit_ms, stats=stats,
-        drafter=settings.draft, depth=plan.depth, width=plan.width, greedy=settings.sampling.greedy,
+        drafter=drafter or settings.draft, depth=plan.depth, width=plan.width, greedy=settings.sampling.greedy,
         predicted_ms=None if plan.predicted_ms != plan.predicted_ms else plan.predicted_ms,
         reason=plan.reason, finished=bool(finish), finish_reason=finish,
         settings=settings.to_dict(), notice=notice,

@@ -1,0 +1,168 @@
+"""Model drafts against n-gram drafts and plain decoding: tokens per pass and tok/s vs AR.
+
+Workloads: the code-edit prompts and the Spec-Bench summarization, writing and roleplay
+questions (the first --per-category of each). Per prompt and sampling mode (greedy, and
+temperature 0.7 with a fixed seed), every configuration runs back to back:
+
+    ar            plain decoding (draft none): the baseline
+    tree          the n-gram tree drafter, depth 8 x width 3
+    ee-K          early exit: the target's first K layers draft a chain of --ee-depth tokens,
+                  for each K of --exit-layers (the sweep)
+    takeover-K    early exit at K with --takeover: each window, the n-gram tree drafts instead
+                  when it is priced cheaper per token (engine.speculation.takeover)
+    self-draft    (--self-draft) the model as its own draft model: every draft accepted, the
+                  cost of a second model's draft passes made visible
+
+Tokens per pass = new tokens / verify passes; tok/s = new tokens / wall time (prefill
+included, load excluded), the median of --repeats. Greedy runs are checked against AR token for
+token. Figures per category and per configuration land in bench/results/drafts_<device>.json.
+
+    .venv/bin/python bench/bench_drafts.py --per-category 1 --code-prompts 1 --exit-layers 16 24
+    python3 bench/bench_drafts.py --device cuda --dtype bfloat16 --model /tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))    # this checkout's engine
+from common import code_edit_prompts, median, record, specbench  # noqa: E402
+
+from engine.io.prompts import encode_prompt  # noqa: E402
+from engine.session import draft_opener, open_runtime  # noqa: E402
+from engine.speculation.decoder import Decoder  # noqa: E402
+from engine.speculation.settings import DecodeSettings  # noqa: E402
+
+CATEGORIES = ("summarization", "writing", "roleplay")
+MODES = {"greedy": 0.0, "t0.7": 0.7}
+
+
+def configs(exit_layers: list[int], ee_depth: int, takeover: bool, self_draft: bool,
+            model: str | None) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {"ar": {"draft": "none"},
+                                      "tree": {"draft": "tree", "depth": 8, "width": 3}}
+    for k in exit_layers:
+        out[f"ee-{k}"] = {"draft": "early-exit", "exit_layer": k, "depth": ee_depth}
+        if takeover:
+            out[f"takeover-{k}"] = {"draft": "early-exit", "exit_layer": k, "depth": ee_depth,
+                                    "takeover": True, "width": 3}
+    if self_draft:
+        out["self-draft"] = {"draft": "model", "draft_model": model or "", "depth": ee_depth}
+    return out
+
+
+def prompts(code: int, per_category: int) -> list[tuple[str, str, list[dict]]]:
+    """(id, category, messages) of the workload."""
+    rows = [(it["id"], "code-edit", it["messages"]) for it in code_edit_prompts()[:code]]
+    rows += [(f"{r['category']}-{r['question_id']}", r["category"],
+              [{"role": "user", "content": r["turns"][0]}])
+             for r in specbench(CATEGORIES, per_category)]
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="GGUF or HF folder (default: the bundled GGUF)")
+    ap.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    ap.add_argument("--weights", default="auto", choices=["auto", "packed", "dequantized"])
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--code-prompts", type=int, default=5)
+    ap.add_argument("--per-category", type=int, default=2)
+    ap.add_argument("--exit-layers", type=int, nargs="+", default=[12, 18, 24, 27])
+    ap.add_argument("--ee-depth", type=int, default=4)
+    ap.add_argument("--no-takeover", action="store_true")
+    ap.add_argument("--self-draft", action="store_true", help="also the model as its own draft")
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--out", default=None, help="results name (default drafts_<device>)")
+    a = ap.parse_args()
+
+    rt = open_runtime(a.model, a.device, a.dtype, weights=a.weights)
+    opener = draft_opener(rt, weights=a.weights)
+    cfgs = configs(a.exit_layers, a.ee_depth, not a.no_takeover, a.self_draft,
+                   str(rt.loaded.source))
+    work = prompts(a.code_prompts, a.per_category)
+    ids = {pid: encode_prompt(rt.tokenizer, msgs) for pid, _, msgs in work}
+    cat_of = {pid: cat for pid, cat, _ in work}
+    print(f"{len(work)} prompts x {len(cfgs)} configurations x {len(a.modes)} modes x "
+          f"{a.repeats} repeats, {a.new_tokens} new tokens, {rt.device_name} {rt.dtype_name} "
+          f"({rt.weights_label})", flush=True)
+
+    runs: dict = defaultdict(lambda: defaultdict(dict))     # mode -> prompt -> config -> result
+    t_start = time.perf_counter()
+    for mode in a.modes:
+        for pid in ids:
+            for name, cfg in cfgs.items():
+                reps = []
+                for rep in range(a.repeats):
+                    s = DecodeSettings.from_dict({"max_new_tokens": a.new_tokens, "seed": rep,
+                                                  "temperature": MODES[mode], **cfg})
+                    r = Decoder(rt, ids[pid], s, detail=False, open_model=opener).run()
+                    reps.append(r)
+                r0 = reps[0]
+                runs[mode][pid][name] = {
+                    "tokens": r0["tokens"], "new_tokens": r0["new_tokens"],
+                    "passes": r0["forward_passes"], "tok_s": median([r["tok_s"] for r in reps]),
+                    "accepted": r0["accepted_draft_tokens"], "proposed": r0["proposed_draft_tokens"],
+                    "draft_ms_per_token": r0.get("draft_ms_per_token")}
+                print(f"  [{time.perf_counter() - t_start:6.0f}s] {mode} {pid} {name}: "
+                      f"{r0['new_tokens']} tokens, {r0['forward_passes']} passes, "
+                      f"{runs[mode][pid][name]['tok_s']:.1f} tok/s", flush=True)
+
+    figures: dict = {}
+    w = 12
+    for mode, per in runs.items():
+        cats = sorted({cat_of[p] for p in per})
+        print(f"\n{mode}: tokens per pass / tok/s vs AR, pooled per category "
+              f"({a.new_tokens} new tokens, {rt.device_name} {rt.dtype_name})")
+        print(f"{'category':16s} " + " ".join(f"{c:>{w}s}" for c in cfgs))
+        fig = figures.setdefault(mode, {})
+        for cat in cats:
+            names = [p for p in per if cat_of[p] == cat]
+            row_tpp, row_x = [], []
+            for c in cfgs:
+                toks = sum(per[p][c]["new_tokens"] for p in names)
+                passes = sum(per[p][c]["passes"] for p in names)
+                # tok/s vs AR: the ratio of summed wall times for the same token counts
+                wall = sum(per[p][c]["new_tokens"] / per[p][c]["tok_s"] for p in names)
+                wall_ar = sum(per[p]["ar"]["new_tokens"] / per[p]["ar"]["tok_s"] for p in names)
+                tok_s, tok_s_ar = toks / wall, sum(per[p]["ar"]["new_tokens"] for p in names) / wall_ar
+                fig.setdefault(cat, {})[c] = {"tokens_per_pass": toks / passes,
+                                              "tok_s": tok_s, "vs_ar": tok_s / tok_s_ar}
+                row_tpp.append(f"{toks / passes:>{w}.2f}")
+                row_x.append(f"{tok_s / tok_s_ar:>{w - 1}.2f}x")
+            print(f"{cat:16s} " + " ".join(row_tpp))
+            print(f"{'':16s} " + " ".join(row_x))
+        if mode == "greedy":
+            bad = [f"{p} {c}" for p in per for c in cfgs if per[p][c]["tokens"] != per[p]["ar"]["tokens"]]
+            fig["lossless"] = not bad
+            print("greedy outputs equal to AR: " + ("all" if not bad else "NOT " + ", ".join(bad)))
+        # the takeover goal: never below the better of its two drafters by more than 5 %
+        for c in cfgs:
+            if not c.startswith("takeover-"):
+                continue
+            k = c.split("-")[1]
+            worst = min(fig[cat][c]["tok_s"] / max(fig[cat]["tree"]["tok_s"], fig[cat][f"ee-{k}"]["tok_s"])
+                        for cat in cats)
+            fig[f"{c}_worst_vs_better_drafter"] = worst
+            print(f"{c}: worst category vs the better of tree and ee-{k}: {worst:.2f} (goal >= 0.95)")
+
+    path = record(a.out or f"drafts_{rt.device.type}", {
+        "device": rt.device_name, "dtype": rt.dtype_name, "weights": rt.weights_label,
+        "model": str(rt.loaded.source), "new_tokens": a.new_tokens, "repeats": a.repeats,
+        "configs": cfgs, "prompts": [p for p, _, _ in work], "figures": figures,
+        "per_prompt": {m: {p: {c: {k: v for k, v in r.items() if k != "tokens"}
+                               for c, r in per.items()} for p, per in pr.items()}
+                       for m, pr in runs.items()}})
+    print("recorded", path)
+
+
+if __name__ == "__main__":
+    main()
