@@ -8,10 +8,14 @@ temperature 0.7 with a fixed seed), every configuration runs back to back:
     tree          the n-gram tree drafter, depth 8 x width 3
     ee-K          early exit: the target's first K layers draft a chain of --ee-depth tokens,
                   for each K of --exit-layers (the sweep)
-    takeover-K    early exit at K with --takeover: each window, the n-gram tree drafts instead
-                  when it is priced cheaper per token (engine.speculation.takeover)
-    self-draft    (--self-draft) the model as its own draft model: every draft accepted, the
-                  cost of a second model's draft passes made visible
+    eetree-K      early exit at the largest K, a tree of width 2 (the draft's top 2 at the 2
+                  most likely nodes of each depth)
+    takeover-K    early exit at the largest K with --takeover: each window, the n-gram tree
+                  (width 3) drafts instead when it is priced cheaper per token
+                  (engine.speculation.takeover)
+    self-draft    (--self-draft) the model as a draft model of itself, the draft's weights
+                  --draft-weights (packed: a Q4 draft of the float target): every draft
+                  accepted where the two agree, the cost of a second model's passes visible
 
 Tokens per pass = new tokens / verify passes; tok/s = new tokens / wall time (prefill
 included, load excluded), the median of --repeats. Greedy runs are checked against AR token for
@@ -34,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))    # this checkout's engine
 from common import code_edit_prompts, median, record, specbench  # noqa: E402
 
+import torch  # noqa: E402
+
 from engine.io.prompts import encode_prompt  # noqa: E402
 from engine.session import draft_opener, open_runtime  # noqa: E402
 from engine.speculation.decoder import Decoder  # noqa: E402
@@ -48,12 +54,15 @@ def configs(exit_layers: list[int], ee_depth: int, takeover: bool, self_draft: b
     out: dict[str, dict[str, Any]] = {"ar": {"draft": "none"},
                                       "tree": {"draft": "tree", "depth": 8, "width": 3}}
     for k in exit_layers:
-        out[f"ee-{k}"] = {"draft": "early-exit", "exit_layer": k, "depth": ee_depth}
-        if takeover:
-            out[f"takeover-{k}"] = {"draft": "early-exit", "exit_layer": k, "depth": ee_depth,
-                                    "takeover": True, "width": 3}
+        out[f"ee-{k}"] = {"draft": "early-exit", "exit_layer": k, "depth": ee_depth, "width": 1}
+    k = max(exit_layers)
+    out[f"eetree-{k}"] = {"draft": "early-exit", "exit_layer": k, "depth": ee_depth, "width": 2}
+    if takeover:     # the model side drafts a chain, the n-gram side a tree of width 3
+        out[f"takeover-{k}"] = {"draft": "early-exit", "exit_layer": k, "depth": ee_depth,
+                                "takeover": True, "width": 3}
     if self_draft:
-        out["self-draft"] = {"draft": "model", "draft_model": model or "", "depth": ee_depth}
+        out["self-draft"] = {"draft": "model", "draft_model": model or "", "depth": ee_depth,
+                             "width": 1}
     return out
 
 
@@ -81,11 +90,22 @@ def main() -> None:
     ap.add_argument("--no-takeover", action="store_true")
     ap.add_argument("--self-draft", action="store_true", help="also the model as its own draft")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--draft-weights", default="packed", choices=["auto", "packed", "dequantized"],
+                    help="self-draft: the draft's weights (packed: a Q4 draft of the float self)")
+    ap.add_argument("--threads", type=int, default=1, help="CPU: torch threads (1: see BENCHMARKS.md)")
     ap.add_argument("--out", default=None, help="results name (default drafts_<device>)")
     a = ap.parse_args()
+    torch.set_num_threads(a.threads)
 
     rt = open_runtime(a.model, a.device, a.dtype, weights=a.weights)
-    opener = draft_opener(rt, weights=a.weights)
+    opened: dict[str, Any] = {}       # the self-draft is opened once and reused by every run
+    open_draft = draft_opener(rt, weights=a.draft_weights)
+
+    def opener(path: str):
+        if path not in opened:
+            opened[path] = open_draft(path)
+        return opened[path]
+
     cfgs = configs(a.exit_layers, a.ee_depth, not a.no_takeover, a.self_draft,
                    str(rt.loaded.source))
     work = prompts(a.code_prompts, a.per_category)

@@ -55,7 +55,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="--draft early-exit: how many of the target's layers draft")
     g.add_argument("--takeover", action=argparse.BooleanOptionalAction, default=d.takeover,
                    help="--draft model / early-exit: each window, the n-gram tree drafts instead "
-                        "when it is expected to emit more tokens per ms (measured on this device)")
+                        "when it is expected to emit more tokens per ms (measured on this "
+                        "device; the tree then drafts to depth max(--depth, 8))")
     g.add_argument("--depth", type=int, default=d.depth, help="draft tokens per branch")
     g.add_argument("--width", type=int, default=d.width, help="branches of the tree drafter")
     g.add_argument("--ngram-min", type=int, default=d.ngram_min)

@@ -24,7 +24,7 @@ from engine.errors import NumericalError, ParameterError
 from engine.model.runtime import Runtime
 from engine.speculation import events as E
 from engine.speculation.drafters import Drafter, TreeDrafter, make_drafter, tree_rows
-from engine.speculation.model_drafters import make_model_drafter, size_warning
+from engine.speculation.model_drafters import make_model_drafter, model_tree_rows, size_warning
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng
 from engine.speculation.settings import MODEL_DRAFTERS, DecodeSettings
@@ -34,6 +34,7 @@ from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_greed
 from engine.speculation.window_events import verify_rows, window_event
 
 MAX_ROWS = 64   # rows one verify pass may use (the largest graph bucket)
+NGRAM_DEPTH = DecodeSettings().depth   # the n-gram tree's depth when it takes over a window
 
 
 def _drafter_spec(s: DecodeSettings) -> tuple:
@@ -277,12 +278,15 @@ class Decoder:
             return Choice(0, 0, 1, float("nan"), 1.0, f"AR floor: {self.floor.reason}")
         if self.takeover is not None:
             self._kind, why = self.takeover.choose(bool(self.index.lookup()[1]))
-            if self._kind == NGRAM:
-                return Choice(depth, s.width, tree_rows(depth, s.width), float("nan"),
-                              float("nan"), why)
-            return Choice(depth, 1, 1 + depth, float("nan"), float("nan"), why)
+            if self._kind == NGRAM:    # copies run long: the tree drafter's own default depth
+                d = max(0, min(max(depth, NGRAM_DEPTH), remaining - 1))
+                return Choice(d, s.width, tree_rows(d, s.width), float("nan"), float("nan"), why)
+            return Choice(depth, 1, 1 + depth, float("nan"), float("nan"), why)   # a chain
         if s.draft in MODEL_DRAFTERS:
             who = f"the first {s.exit_layer} layers" if s.draft == "early-exit" else "the draft model"
+            if s.width > 1:
+                return Choice(depth, s.width, model_tree_rows(depth, s.width), float("nan"),
+                              float("nan"), f"{who} draft a tree of depth {depth}, width {s.width}")
             return Choice(depth, 1, 1 + depth, float("nan"), float("nan"),
                           f"{who} draft a chain of {depth}")
         if self.chooser is not None:
@@ -303,6 +307,7 @@ class Decoder:
             budget = min(MAX_ROWS, plan.rows, self.rt.window_room())
             return self.ngram_drafter.propose(self.index, root, plan.depth, plan.width, budget)
         if s.draft in MODEL_DRAFTERS:
+            budget = min(MAX_ROWS, plan.rows, self.rt.cache.room() - 1)
             return self.drafter.propose(self.index, root, plan.depth, plan.width, budget,
                                         sampling=s.sampling, rng=self.rng)
         return self.drafter.propose(self.index, root, plan.depth, plan.width, budget)

@@ -65,6 +65,36 @@ def draft_token(logits: torch.Tensor, history: Sequence[int], cfg: SamplingConfi
     return rng.categorical(q), q
 
 
+def draft_children(logits: torch.Tensor, history: Sequence[int], cfg: SamplingConfig,
+                   rng: Rng | None, width: int) -> list[tuple[int, torch.Tensor]]:
+    """`width` children from one draft row [V]: greedy, the top `width` tokens (distinct, q the
+    softmax); sampled, `width` independent draws from q (duplicates allowed)."""
+    if cfg.greedy or rng is None:
+        first, q = draft_token(logits, history, cfg, None)
+        top = q.topk(min(width, q.shape[-1])).indices.tolist()
+        return [(t, q) for t in [first] + [t for t in top if t != first]][:width]
+    tok, q = draft_token(logits, history, cfg, rng)
+    return [(tok, q)] + [(rng.categorical(q), q) for _ in range(width - 1)]
+
+
+def model_tree_rows(depth: int, width: int) -> int:
+    """Verify rows of a model-drafted tree: the root, `width` children at depth 1 and
+    `width` x `width` at each deeper level (at most 64)."""
+    return min(64, 1 + width + (depth - 1) * width * width)
+
+
+def _path(parents: list[int], tokens: list[int], node: int) -> list[int]:
+    """The tokens from the root's child down to `node` (-1: none)."""
+    out = []
+    while node >= 0:
+        out.append(tokens[node])
+        node = parents[node]
+    return out[::-1]
+
+
+_PROV = Provenance(match=0, position=-1, source="draft")
+
+
 def fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
     """Draft logits [..., V_d] as [..., vocab]: the target's width (models pad their embedding
     differently; the tokenizers are equal). Extra ids are dropped, missing ones get -inf."""
@@ -118,7 +148,8 @@ class _ChainDrafter:
     def propose(self, index: NgramIndex, root: int, depth: int, width: int, budget_rows: int, *,
                 sampling: SamplingConfig | None = None, rng: Rng | None = None) -> TokenTree:
         """A chain of up to min(depth, budget_rows - 1) tokens drafted after `root`
-        (index.tokens is the committed stream, ending with the root)."""
+        (index.tokens is the committed stream, ending with the root); with width > 1 a tree
+        (`_propose_tree`)."""
         cfg = sampling or GREEDY
         context = index.tokens
         length = min(depth, budget_rows - 1)
@@ -126,6 +157,8 @@ class _ChainDrafter:
             return TokenTree.empty(root)
         t0 = time.perf_counter()
         logits = self._first_logits(context[:-1], root)
+        if width > 1:
+            return self._propose_tree(context, root, logits, length, width, budget_rows, cfg, rng, t0)
         n = self.rt.cache.length                 # the root sits at slot n
         length = min(length, self.rt.cache.room() - 1)
         history = list(context[-cfg.penalty_window:])
@@ -142,13 +175,70 @@ class _ChainDrafter:
         self.draft_ms += self.last_ms
         self.draft_passes += len(tokens)
         self.proposed_tokens += len(tokens)
-        self._drafted(context[:-1], root, tokens)
+        self._drafted(context[:-1], root, tokens[:-1])
         prov = Provenance(match=0, position=-1, source=self.name)
         return TokenTree(root, tuple(tokens), tuple(range(-1, len(tokens) - 1)),
                          (prov,) * len(tokens), tuple(qs))
 
-    def _drafted(self, committed: list[int], root: int, tokens: list[int]) -> None:
-        """The proposal's keys now stand in the draft cache's scratch slots."""
+    def _drafted(self, committed: list[int], root: int, fed: list[int]) -> None:
+        """The proposal's keys now stand in the draft cache's scratch slots: the root at slot n,
+        then the chain `fed` (a chain's last token is never fed back)."""
+
+    def _propose_tree(self, context: list[int], root: int, root_logits: torch.Tensor, depth: int,
+                      width: int, budget_rows: int, cfg: SamplingConfig, rng: Rng | None,
+                      t0: float) -> TokenTree:
+        """A tree, level by level (SpecInfer / EAGLE-2 style): at each depth the `width` nodes of
+        highest cumulative draft probability get `width` children each: greedy, the draft's top
+        `width` tokens; sampled, `width` independent draws from q (duplicates kept: the
+        rejection sampler needs siblings drawn i.i.d. from q, so a node gets all of them or
+        none). One draft pass per level, over every row so far (rows below the knee are
+        nearly free on a GPU); row r at slot n + r, as the verify pass will place it."""
+        n = self.rt.cache.length
+        budget = min(budget_rows - 1, self.rt.cache.room() - 1)       # draft nodes
+        tokens: list[int] = []
+        parents: list[int] = []
+        qs: list[torch.Tensor] = []
+        logq: list[float] = []
+        frontier: list[tuple[int, torch.Tensor]] = [(-1, root_logits)]
+        passes = 1
+        fed = 0                                   # nodes whose keys a draft pass wrote
+        for level in range(depth):
+            frontier.sort(key=lambda f: -(logq[f[0]] if f[0] >= 0 else 0.0))
+            new: list[int] = []
+            for node, logits in frontier[:width]:
+                if len(tokens) + width > budget:
+                    break
+                path = _path(parents, tokens, node)
+                history = (list(context) + path)[-cfg.penalty_window:]
+                for tok, q in draft_children(fit_vocab(logits.float(), self.vocab), history, cfg,
+                                             rng, width):
+                    tokens.append(tok)
+                    parents.append(node)
+                    qs.append(q)
+                    logq.append((logq[node] if node >= 0 else 0.0) + float(torch.log(q[tok])))
+                    new.append(len(tokens) - 1)
+            if not new or level + 1 == depth:
+                break
+            rows = [root, *tokens]
+            shape = TokenTree(root, tuple(tokens), tuple(parents), (_PROV,) * len(tokens))
+            with self.rt.cache.at_length(n):
+                out = self.rt.verify(rows, shape.row_depths, shape.ancestor_mask(),
+                                     exit_layer=self.exit_layer).logits        # [R, V]
+            passes += 1
+            fed = len(tokens)
+            frontier = [(i, out[i + 1]) for i in new]
+        self.last_ms = (time.perf_counter() - t0) * 1e3
+        self.draft_ms += self.last_ms
+        self.draft_passes += passes
+        self.proposed_tokens += len(tokens)
+        # the draft cache keeps the root and the leading chain of fed nodes (node k at slot
+        # n + 1 + k is the committed text's continuation only if it is the k-th of a chain)
+        spine = 0
+        while spine < fed and parents[spine] == spine - 1:
+            spine += 1
+        self._drafted(context[:-1], root, tokens[:spine])
+        prov = Provenance(match=0, position=-1, source=self.name)
+        return TokenTree(root, tuple(tokens), tuple(parents), (prov,) * len(tokens), tuple(qs))
 
     def observe(self, outcome: "VerifyOutcome") -> None:
         self.windows += 1
@@ -207,10 +297,9 @@ class DraftModelDrafter(_ChainDrafter):
         cache.advance(len(pending))
         return logits
 
-    def _drafted(self, committed: list[int], root: int, tokens: list[int]) -> None:
-        # slots [0, n) hold the committed text, n the root, n + i the i-th draft token (the
-        # last draft token was never fed back)
-        self._slots = list(committed) + [root] + tokens[:-1]
+    def _drafted(self, committed: list[int], root: int, fed: list[int]) -> None:
+        # slots [0, n) hold the committed text, n the root, n + 1 + i the i-th fed draft token
+        self._slots = list(committed) + [root] + list(fed)
 
 
 def check_vocab(target_tok, draft_tok) -> None:

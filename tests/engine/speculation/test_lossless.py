@@ -242,7 +242,7 @@ def short_references(rt, prompts):
 
 
 def test_the_model_as_its_own_draft_accepts_every_draft_token(rt, prompts, short_references, self_draft):
-    s = DecodeSettings(draft="model", draft_model="(the bundled model)", depth=5,
+    s = DecodeSettings(draft="model", draft_model="(the bundled model)", depth=5, width=1,
                        max_new_tokens=MODEL_NEW_TOKENS)
     spec = decode_with(rt, prompts["summarization"], s, self_draft)
     rep = spec[0]
@@ -253,23 +253,25 @@ def test_the_model_as_its_own_draft_accepts_every_draft_token(rt, prompts, short
     assert_same_as_reference(spec, short_references("summarization", "off"))
 
 
-@pytest.mark.parametrize("drafter, prompt, pen", [("early-exit", "textwrap", "off"),
-                                                  ("early-exit", "summarization", "on"),
-                                                  ("model", "textwrap", "on")])
+@pytest.mark.parametrize("drafter, prompt, pen, width", [("early-exit", "textwrap", "off", 1),
+                                                         ("early-exit", "summarization", "on", 2),
+                                                         ("model", "textwrap", "on", 1),
+                                                         ("model", "summarization", "off", 2)])
 def test_model_drafts_equal_plain_decoding(rt, prompts, short_references, self_draft, drafter,
-                                           prompt, pen):
+                                           prompt, pen, width):
+    """Chains (width 1) and trees (width 2: the draft's top 2 at each expanded node)."""
     s = DecodeSettings(draft=drafter, exit_layer=20, draft_model="(the bundled model)", depth=3,
-                       max_new_tokens=MODEL_NEW_TOKENS, sampling=PENALTIES[pen])
+                       width=width, max_new_tokens=MODEL_NEW_TOKENS, sampling=PENALTIES[pen])
     spec = decode_with(rt, prompts[prompt], s, self_draft if drafter == "model" else None)
     assert spec[0]["proposed_draft_tokens"] > 0
-    if drafter == "model":     # the same model, penalized the same way: every draft accepted
+    if drafter == "model" and width == 1:   # the same model, penalized the same way
         assert spec[0]["accepted_draft_tokens"] == spec[0]["proposed_draft_tokens"]
     assert_same_as_reference(spec, short_references(prompt, pen))
 
 
 def test_sampled_model_drafts_replay_with_the_same_seed(rt, prompts):
     ids = prompts["summarization"]
-    s = DecodeSettings(draft="early-exit", exit_layer=20, depth=3, max_new_tokens=10, seed=5,
+    s = DecodeSettings(draft="early-exit", exit_layer=20, depth=3, width=2, max_new_tokens=10, seed=5,
                        sampling=SamplingConfig(temperature=0.7))
     a = Decoder(rt, ids, s, detail=True)
     events = list(a.windows())

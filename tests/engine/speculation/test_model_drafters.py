@@ -122,3 +122,42 @@ def test_early_exit_drafts_with_the_first_k_layers(cpu_runtime):
     torch.testing.assert_close(torch.stack(tree.q), ref.softmax(-1))
     with pytest.raises(ParameterError, match="--exit-layer must be between 1 and the model's 30"):
         EarlyExitDrafter(rt, 31)
+
+
+def test_a_model_drafted_tree_keeps_the_draft_distribution_of_every_node(cpu_runtime):
+    """Early exit at 3 layers, depth 3, width 2: every expanded node gets 2 children, the
+    draft's top 2 (greedy); each node's q is the 3-layer model's softmax at its parent's row,
+    checked against one forward of a 3-layer copy over the whole tree. Sampled: each expanded
+    node gets 2 independent draws from its q."""
+    from engine.speculation.sampling import Rng, SamplingConfig
+    rt = cpu_runtime
+    ids = rt.tokenizer.encode("The capital of France is Paris. The capital of Italy is")
+    rt.start(64)
+    rt.prefill(ids[:-1])
+    index = NgramIndex(1, 4)
+    index.extend(ids)
+    drafter = EarlyExitDrafter(rt, 3)
+    tree = drafter.propose(index, ids[-1], depth=3, width=2, budget_rows=64)
+    kids = [tree.children(i) for i in range(-1, len(tree))]
+    assert len(tree.children(-1)) == 2 and max(tree.depths) == 3
+    assert all(len(k) in (0, 2) for k in kids)
+    assert sum(1 for k in kids if k) == 1 + 2 + 2      # the root, then the 2 best at each depth
+    layers = rt.model.layers
+    try:
+        rt.model.layers = layers[:3]
+        ref = rt.verify([ids[-1], *tree.tokens], tree.row_depths, tree.ancestor_mask()).logits
+    finally:
+        rt.model.layers = layers
+    for i, parent in enumerate(tree.parents):
+        p_row = ref[parent + 1].softmax(-1)
+        torch.testing.assert_close(tree.q[i], p_row)
+        siblings = [tree.tokens[c] for c in tree.children(parent)]
+        assert siblings == p_row.topk(2).indices.tolist()
+    sampled = drafter.propose(index, ids[-1], depth=3, width=2, budget_rows=64,
+                              sampling=SamplingConfig(temperature=1.0), rng=Rng(0))
+    for node in range(-1, len(sampled)):
+        kids = sampled.children(node)
+        assert len(kids) in (0, 2)
+        if kids:     # siblings share one q, each drawn from it
+            assert sampled.q[kids[0]] is sampled.q[kids[1]]
+            assert all(float(sampled.q[c][sampled.tokens[c]]) > 0 for c in kids)
