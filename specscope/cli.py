@@ -54,9 +54,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--exit-layer", type=int, default=d.exit_layer, metavar="K",
                    help="--draft early-exit: how many of the target's layers draft")
     g.add_argument("--takeover", action=argparse.BooleanOptionalAction, default=d.takeover,
-                   help="--draft model / early-exit: each window, the n-gram tree drafts instead "
-                        "when it is expected to emit more tokens per ms (measured on this "
-                        "device; the tree then drafts to depth max(--depth, 8))")
+                   help="--draft model / early-exit: each window, the n-gram tree, the model or a "
+                        "plain step, whichever is expected to emit the most tokens per ms "
+                        "(measured on this device; the tree drafts to depth max(--depth, 8))")
     g.add_argument("--depth", type=int, default=d.depth, help="draft tokens per branch")
     g.add_argument("--width", type=int, default=d.width, help="branches of the tree drafter")
     g.add_argument("--ngram-min", type=int, default=d.ngram_min)

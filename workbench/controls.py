@@ -117,8 +117,8 @@ class ControlsPanel(QScrollArea):
         self.adaptive = QCheckBox("adaptive")
         self.adaptive.setToolTip("price every window on the card's cost profile and pick depth and width")
         self.takeover = QCheckBox("takeover")
-        self.takeover.setToolTip("model drafts: each window, the n-gram tree drafts instead when "
-                                 "it is expected to emit more tokens per ms")
+        self.takeover.setToolTip("model drafts: each window, the n-gram tree, the model or a plain "
+                                 "step, whichever is expected to emit the most tokens per ms")
         self.ar_floor = QCheckBox("AR floor")
         self.ar_floor.setToolTip("measure plain decoding and retire speculation when it is not cheaper")
         flags = QHBoxLayout()

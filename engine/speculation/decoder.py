@@ -28,7 +28,7 @@ from engine.speculation.model_drafters import make_model_drafter, model_tree_row
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng
 from engine.speculation.settings import MODEL_DRAFTERS, DecodeSettings
-from engine.speculation.takeover import NGRAM, Takeover
+from engine.speculation.takeover import NGRAM, PLAIN, Takeover
 from engine.speculation.tree import TokenTree
 from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_greedy_top_k, verify_sampled
 from engine.speculation.window_events import verify_rows, window_event
@@ -218,7 +218,7 @@ class Decoder:
             self.context.extend(emitted)
             self.index.extend(emitted)
             self.new_tokens.extend(emitted)
-            used = self.ngram_drafter if self._kind == NGRAM else self.drafter
+            used = {NGRAM: self.ngram_drafter, PLAIN: None}.get(self._kind, self.drafter)
             if used is not None:
                 used.observe(outcome)
             self._count(tree, outcome)
@@ -240,7 +240,7 @@ class Decoder:
                               times_s=(t1 - t0, t2 - t1, t3 - t2), plan=plan, settings=s,
                               stats=self._stats(), finish=finish, text=self.tok.token_text,
                               notice=self.notice,
-                              drafter="tree" if self._kind == NGRAM else s.draft)
+                              drafter={NGRAM: "tree", PLAIN: "none"}.get(self._kind, s.draft))
             self.notice = ""
             if self.chooser is not None:
                 self.chooser.observe_event(ev)
@@ -281,6 +281,8 @@ class Decoder:
             if self._kind == NGRAM:    # copies run long: the tree drafter's own default depth
                 d = max(0, min(max(depth, NGRAM_DEPTH), remaining - 1))
                 return Choice(d, s.width, tree_rows(d, s.width), float("nan"), float("nan"), why)
+            if self._kind == PLAIN:
+                return Choice(0, 0, 1, float("nan"), 1.0, why)
             return Choice(depth, 1, 1 + depth, float("nan"), float("nan"), why)   # a chain
         if s.draft in MODEL_DRAFTERS:
             who = f"the first {s.exit_layer} layers" if s.draft == "early-exit" else "the draft model"

@@ -1,26 +1,27 @@
-"""Takeovers: each window, the n-gram tree or the model draft, whichever is expected to emit more
-tokens per millisecond.
+"""Takeovers: each window, the n-gram tree, the model draft or a plain decoding step, whichever
+is expected to emit the most tokens per millisecond.
 
 The n-gram draft is nearly free (an index lookup) but only exists where the text repeats its
 context, and then it is often long and right; the model draft always exists but costs a draft
-pass per token (a draft model's, or the first K layers of the target's). Both are priced on the
-one clock that matters, this device's wall time: a window's cost is its draft time plus its
-verify time, both measured as the run goes, and its yield the tokens it emitted.
+pass per token (a draft model's, or the first K layers of the target's); a plain step costs one
+one-row pass and emits one token. All three are priced on the one clock that matters, this
+device's wall time: a window's cost is its draft time plus its verify time, both measured as the
+run goes, and its yield the tokens it emitted.
 
     rate(kind) = E[tokens a window of this kind emits] / E[ms such a window takes]
 
-Each estimate is an exponential moving average over the windows of that kind (the prior until
-the first ones are seen: every kind is tried at least MIN_TRIES times where a match exists). A
-window without an n-gram match always goes to the model. The cheaper kind keeps the windows, but
-the other is re-tried every RETRY windows so a change in the text (a copy ends, a new one starts)
-is noticed.
+Each estimate is an exponential moving average over the windows of that kind (every available
+kind is tried MIN_TRIES times first). The n-gram tree is available only where the index has a
+match. The best kind keeps the windows, but each other kind is re-tried after RETRY windows
+without it, so a change in the text (a copy ends, a new one starts) is noticed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-NGRAM, MODEL = "ngram", "model"
+NGRAM, MODEL, PLAIN = "ngram", "model", "plain"
+KINDS = (NGRAM, MODEL, PLAIN)
 MIN_TRIES = 2
 RETRY = 16
 DECAY = 0.25          # weight of the newest window in the moving averages
@@ -51,39 +52,38 @@ class _Estimate:
 
 @dataclass
 class Takeover:
-    """Picks the drafter of each window; `observe` feeds back what the window did."""
+    """Picks who drafts each window; `observe` feeds back what the window did."""
 
     model_name: str = "model"
-    est: dict[str, _Estimate] = field(default_factory=lambda: {NGRAM: _Estimate(), MODEL: _Estimate()})
-    since_other: int = 0          # windows since the kind that is not in favour was last tried
-    picks: dict[str, int] = field(default_factory=lambda: {NGRAM: 0, MODEL: 0})
+    est: dict[str, _Estimate] = field(default_factory=lambda: {k: _Estimate() for k in KINDS})
+    last_tried: dict[str, int] = field(default_factory=lambda: {k: -1 for k in KINDS})
+    picks: dict[str, int] = field(default_factory=lambda: {k: 0 for k in KINDS})
+    windows: int = 0
+
+    def label(self, kind: str) -> str:
+        return {NGRAM: "n-gram tree", MODEL: self.model_name, PLAIN: "plain decoding"}[kind]
 
     def choose(self, has_match: bool) -> tuple[str, str]:
-        """(NGRAM or MODEL, the reason in words) for the next window."""
-        n, m = self.est[NGRAM], self.est[MODEL]
-        if not has_match:
-            kind, why = MODEL, "no n-gram match in the context"
-        elif n.seen < MIN_TRIES or m.seen < MIN_TRIES:
-            kind = NGRAM if n.seen <= m.seen else MODEL
-            why = "measuring both drafters"
+        """(NGRAM, MODEL or PLAIN, the reason in words) for the next window."""
+        options = [k for k in KINDS if has_match or k != NGRAM]
+        fresh = [k for k in options if self.est[k].seen < MIN_TRIES]
+        if fresh:
+            kind = min(fresh, key=lambda k: self.est[k].seen)
+            why = "measuring each choice"
         else:
-            best = NGRAM if n.rate >= m.rate else MODEL
-            other = MODEL if best == NGRAM else NGRAM
-            if self.since_other >= RETRY:
-                kind, why = other, f"re-trying the other drafter (every {RETRY} windows)"
-            else:
-                kind, why = best, "the higher expected tokens per ms"
-        self.since_other = 0 if kind != self._favourite() else self.since_other + 1
+            kind = max(options, key=lambda k: self.est[k].rate)
+            why = "the most expected tokens per ms"
+            stale = [k for k in options if k != kind and self.windows - self.last_tried[k] > RETRY]
+            if stale:
+                kind = min(stale, key=lambda k: self.last_tried[k])
+                why = f"re-trying a choice not used for {RETRY} windows"
+        if not has_match:
+            why += "; no n-gram match in the context"
+        self.last_tried[kind] = self.windows
+        self.windows += 1
         self.picks[kind] += 1
-        label = "n-gram tree" if kind == NGRAM else self.model_name
-        return kind, (f"takeover: {label}, {why} (n-gram tree {n.describe()}; "
-                      f"{self.model_name} {m.describe()})")
-
-    def _favourite(self) -> str:
-        n, m = self.est[NGRAM], self.est[MODEL]
-        if not (n.seen and m.seen):
-            return NGRAM if n.seen >= m.seen else MODEL
-        return NGRAM if n.rate >= m.rate else MODEL
+        prices = "; ".join(f"{self.label(k)} {self.est[k].describe()}" for k in KINDS)
+        return kind, f"takeover: {self.label(kind)}, {why} ({prices})"
 
     def observe(self, kind: str, tokens: int, ms: float) -> None:
         """A window of `kind` emitted `tokens` in `ms` (draft + verify + commit)."""

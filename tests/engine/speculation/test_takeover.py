@@ -1,47 +1,58 @@
-"""Takeovers: the n-gram tree or the model draft, whichever is priced cheaper per token."""
+"""Takeovers: the n-gram tree, the model draft or a plain step, whichever is priced cheaper per
+token."""
 
 from __future__ import annotations
 
 from engine.speculation.decoder import Decoder
 from engine.speculation.settings import DecodeSettings
-from engine.speculation.takeover import MODEL, NGRAM, RETRY, Takeover
+from engine.speculation.takeover import MODEL, NGRAM, PLAIN, RETRY, Takeover
 
 COPY_PROMPT = ("def area(width, height):\n    return width * height\n\n\n"
                "def area(width, height):\n    return width * height\n\n\n"
                "def area(width, height):\n    return")
+COST = {NGRAM: (4, 20.0), MODEL: (2, 40.0), PLAIN: (1, 25.0)}   # 0.2, 0.05, 0.04 tok/ms
 
 
-def test_no_match_goes_to_the_model_and_both_are_measured_first():
+def test_no_match_never_drafts_ngrams_and_every_choice_is_measured_first():
     t = Takeover(model_name="early-exit")
-    kind, why = t.choose(has_match=False)
-    assert kind == MODEL and "no n-gram match" in why
-    kinds = []
     for _ in range(4):
+        kind, why = t.choose(has_match=False)
+        assert kind in (MODEL, PLAIN) and "no n-gram match" in why
+        t.observe(kind, 1, 10.0)
+    t = Takeover(model_name="early-exit")
+    kinds = []
+    for _ in range(6):
         k, why = t.choose(has_match=True)
-        assert "measuring both" in why
+        assert "measuring each choice" in why
         kinds.append(k)
         t.observe(k, 1, 10.0)
-    assert sorted(kinds) == [MODEL, MODEL, NGRAM, NGRAM]
+    assert sorted(kinds) == sorted([MODEL, NGRAM, PLAIN] * 2)
 
 
-def test_the_higher_rate_wins_and_the_other_is_retried():
+def test_the_highest_rate_wins_and_the_others_are_retried():
     t = Takeover(model_name="model")
     for _ in range(2):
-        t.observe(NGRAM, 4, 20.0)        # 0.2 tok/ms
-        t.observe(MODEL, 2, 40.0)        # 0.05 tok/ms
+        for k in (NGRAM, MODEL, PLAIN):
+            t.choose(has_match=True)
+            t.observe(k, *COST[k])
     picks = []
-    for _ in range(RETRY + 2):
+    for _ in range(RETRY + 4):
         k, why = t.choose(has_match=True)
         picks.append(k)
-        t.observe(k, 4 if k == NGRAM else 2, 20.0 if k == NGRAM else 40.0)
-    assert picks[:RETRY] == [NGRAM] * RETRY
-    assert MODEL in picks[RETRY:]                        # re-tried once the favourite held RETRY windows
+        t.observe(k, *COST[k])
+    assert picks.count(NGRAM) >= RETRY and {MODEL, PLAIN} <= set(picks)   # both re-tried
     k, why = t.choose(has_match=True)
     assert k == NGRAM and "n-gram tree 4.00 tok / 20.0 ms = 200.0 tok/s" in why
+    # without a match: the cheaper of the model and a plain step
+    assert t.choose(has_match=False)[0] == MODEL
     # the text changes: the n-gram drafts start failing, the model takes over
     for _ in range(8):
         t.observe(NGRAM, 1, 30.0)
     assert t.choose(has_match=True)[0] == MODEL
+    # and a plain step where the model drafts are slower than it
+    for _ in range(8):
+        t.observe(MODEL, 1, 60.0)
+    assert t.choose(has_match=False)[0] == PLAIN
 
 
 def test_takeover_run_is_lossless_and_says_who_drafted(cpu_runtime):
