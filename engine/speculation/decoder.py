@@ -309,7 +309,7 @@ class Decoder:
             budget = min(MAX_ROWS, plan.rows, self.rt.window_room())
             return self.ngram_drafter.propose(self.index, root, plan.depth, plan.width, budget)
         if s.draft in MODEL_DRAFTERS:
-            budget = min(MAX_ROWS, plan.rows, self.rt.cache.room() - 1)
+            budget = min(MAX_ROWS, plan.rows, self.rt.window_room())
             return self.drafter.propose(self.index, root, plan.depth, plan.width, budget,
                                         sampling=s.sampling, rng=self.rng)
         return self.drafter.propose(self.index, root, plan.depth, plan.width, budget)

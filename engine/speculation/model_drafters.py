@@ -194,7 +194,8 @@ class _ChainDrafter:
         none). One draft pass per level, over every row so far (rows below the knee are
         nearly free on a GPU); row r at slot n + r, as the verify pass will place it."""
         n = self.rt.cache.length
-        budget = min(budget_rows - 1, self.rt.cache.room() - 1)       # draft nodes
+        # draft nodes: a draft model's own cache may hold fewer free slots than the target's
+        budget = min(budget_rows - 1, self.rt.window_room() - 1)
         tokens: list[int] = []
         parents: list[int] = []
         qs: list[torch.Tensor] = []
