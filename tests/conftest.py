@@ -12,6 +12,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fresh_profile_cache(tmp_path_factory):
+    """Measured cost profiles go to a cache of this run's own, as on a fresh CI machine: a
+    profile saved by an earlier run on this machine must not decide what a test sees."""
+    import os
+    old = os.environ.get("SPECSCOPE_CACHE")
+    os.environ["SPECSCOPE_CACHE"] = str(tmp_path_factory.mktemp("profile-cache"))
+    yield
+    if old is None:
+        os.environ.pop("SPECSCOPE_CACHE", None)
+    else:
+        os.environ["SPECSCOPE_CACHE"] = old
+
+
 @pytest.fixture(scope="session")
 def loaded_model():
     from engine.io.load import load_model

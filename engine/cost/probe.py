@@ -210,12 +210,24 @@ def probe_profile(runtime: VerifyTimer, context: int = DEFAULT_CONTEXT,
     return profile
 
 
+def _fitting(runtime: VerifyTimer, context: int, rows: Sequence[int]) -> tuple[int, list[int]]:
+    """An automatic probe's context and row counts, cut to what the model's context holds (a
+    small model's 256 tokens cannot take a 64-row pass at context 1,024). `roofline --context`
+    is not cut: there a context past the model's is the user's error, said as such."""
+    limit = getattr(getattr(runtime, "config", None), "max_context", None)
+    if limit is None:
+        return context, list(rows)
+    rows = [r for r in rows if r < limit] or [1]
+    return max(1, min(context, limit - max(rows))), rows
+
+
 def profile_still_holds(runtime: VerifyTimer, prof: CostProfile, context: int | None = None) -> bool:
     """A saved profile measured while the machine was busy (or on other hardware under the same
     name) would misprice every window. Time a few 1-row and 8-row passes now: more than 2x off
     either way means probe again."""
-    for rows in (1, 8):
-        ctx = context if context is not None else (prof.context or DEFAULT_CONTEXT)
+    ctx, sizes = _fitting(runtime, context if context is not None else (prof.context or DEFAULT_CONTEXT),
+                          (1, 8))
+    for rows in sizes:
         ms = statistics.median(runtime.time_verify_pass(rows, ctx) for _ in range(3))
         if not 0.5 <= ms / prof.ms(rows) <= 2.0:
             return False
@@ -237,6 +249,8 @@ def card_profile(runtime: VerifyTimer, progress: Callable[[str, float], None] | 
         return found
     if not probe:
         return found
-    if context is not None:
-        probe_args["context"] = context
+    gpu = device_type(runtime) != "cpu"
+    probe_args["context"], probe_args["rows"] = _fitting(
+        runtime, context if context is not None else probe_args.get("context", DEFAULT_CONTEXT),
+        probe_args.get("rows") or (GPU_ROWS if gpu else CPU_ROWS))
     return probe_profile(runtime, progress=progress, save=context is None, **probe_args)
