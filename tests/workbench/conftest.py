@@ -17,18 +17,6 @@ PROMPT = ("def area(width, height):\n    return width * height\n\n\n"
 SMALL = DecodeSettings(draft="tree", depth=3, width=2, max_new_tokens=12)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _profile_cache(tmp_path_factory):
-    """Keep probes and saved profiles out of the user's cache."""
-    old = os.environ.get("SPECSCOPE_CACHE")
-    os.environ["SPECSCOPE_CACHE"] = str(tmp_path_factory.mktemp("specscope-cache"))
-    yield
-    if old is None:
-        os.environ.pop("SPECSCOPE_CACHE", None)
-    else:
-        os.environ["SPECSCOPE_CACHE"] = old
-
-
 @pytest.fixture(scope="session")
 def cpu_spec(cpu_runtime):
     from workbench.worker import RuntimeSpec, preload_runtime
