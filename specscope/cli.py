@@ -147,9 +147,16 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
 
 def cmd_roofline(a: argparse.Namespace) -> int:
-    from engine.session import open_runtime
+    from engine.session import draft_opener, open_runtime
+    drafts = None
+    if a.draft_model:
+        def drafts(rt):
+            from engine.speculation.model_drafters import check_vocab
+            draft = draft_opener(rt, weights=a.weights, progress=Progress())(a.draft_model)
+            check_vocab(rt.tokenizer, draft.tokenizer)
+            return draft
     return run_roofline(a, lambda: open_runtime(a.model, a.device, a.dtype, weights=a.weights,
-                                                 progress=Progress()))
+                                                 progress=Progress()), draft_factory=drafts)
 
 
 def cmd_bench(a: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ from typing import Any, Callable, TextIO
 from engine.cost.probe import (CPU_BUDGET_S, CPU_REPEATS, CPU_ROWS, CPU_WARMUP, DEFAULT_CONTEXT,
                                GPU_BUDGET_S, GPU_REPEATS, GPU_ROWS, GPU_WARMUP, MIN_REPEATS,
                                ProbeProgress, VerifyTimer, device_type, profile_path, run_probe)
+from engine.cost.draft_cost import (default_exit_layers, draft_model_cost,
+                                    format_draft_break_even, format_exit_break_even)
 from engine.cost.profile import CostProfile, describe_fit, format_break_even
 from engine.errors import ParameterError
 
@@ -51,7 +53,30 @@ def add_roofline_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                         help=f"stop timing after this many seconds, at least {MIN_REPEATS} rounds "
                              f"(default {GPU_BUDGET_S:g} GPU, {CPU_BUDGET_S:g} CPU)")
     parser.add_argument("--out", default=None, help="write the profile here instead of the per-user cache")
+    parser.add_argument("--exit-layers", default=None,
+                        help="early exit: exit layers whose one-row draft pass to time, comma-separated, "
+                             "or 'none' (default: a quarter, half, three quarters and all layers)")
+    if "--draft-model" not in have:
+        parser.add_argument("--draft-model", default=None,
+                            help="also probe this draft model (same vocabulary) and price it as a drafter")
     return parser
+
+
+def _parse_exit_layers(text: str | None, n_layers: int | None) -> list[int] | None:
+    """--exit-layers: None (the default spread), [] ('none'), or the listed layers."""
+    if text is None:
+        return None if n_layers is None else default_exit_layers(n_layers)
+    if text.strip().lower() == "none":
+        return []
+    try:
+        layers = sorted({int(t) for t in text.split(",") if t.strip()})
+    except ValueError:
+        raise ParameterError(f"--exit-layers takes comma-separated layer counts like 8,16,24 or 'none'; "
+                             f"got {text!r}") from None
+    if not layers or (n_layers is not None and not 1 <= layers[0] <= layers[-1] <= n_layers):
+        raise ParameterError(f"--exit-layers must lie between 1 and the model's {n_layers} layers, "
+                             f"got {text!r}")
+    return layers
 
 
 def _call_factory(factory: Callable[..., Any], args: argparse.Namespace) -> Any:
@@ -76,17 +101,43 @@ def format_report(profile: CostProfile) -> str:
               f"one row {f.one_row_ms:.3f} ms" + (f"; fit error {100 * f.rms_rel:.1f}% rms"
                                                   if f.rms_rel is not None else ""),
               "", "break-even (window ms / one-row ms):", format_break_even(profile)]
+    exits = format_exit_break_even(profile)
+    if exits:
+        lines += ["", exits]
     return "\n".join(lines)
 
 
 def run_roofline(args: argparse.Namespace, runtime_factory: Callable[..., VerifyTimer],
-                 out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """`specscope roofline`: probe, print the fit and the break-even table, save the profile."""
+                 out: TextIO | None = None, err: TextIO | None = None,
+                 draft_factory: Callable[[Any], VerifyTimer] | None = None) -> int:
+    """`specscope roofline`: probe, print the fit and the break-even table, save the profile.
+    draft_factory(target runtime): the --draft-model's runtime, probed and priced as a drafter."""
     out = out or sys.stdout
     err = err or sys.stderr
+    rows_arg = _parse_rows(getattr(args, "rows", None))      # checked before the slow load
+    _parse_exit_layers(getattr(args, "exit_layers", None), None)
     runtime = _call_factory(runtime_factory, args)
-    rows = _parse_rows(getattr(args, "rows", None)) or list(
-        CPU_ROWS if device_type(runtime) == "cpu" else GPU_ROWS)
+    n_layers = getattr(getattr(runtime, "config", None), "n_layers", None)
+    exit_layers = _parse_exit_layers(getattr(args, "exit_layers", None), n_layers)
+    rows = rows_arg or list(CPU_ROWS if device_type(runtime) == "cpu" else GPU_ROWS)
+    profile = _probe_and_save(runtime, args, rows, exit_layers or [], err, out)
+    if draft_factory is not None:
+        draft = draft_factory(runtime)
+        print(f"\nthe draft model {getattr(draft, 'model_id', '?')}:", file=out)
+        if profile_path(draft.device_name, draft.model_id, draft.dtype_name) == \
+                profile_path(profile.device, profile.model, profile.dtype):
+            dprof = profile              # the target itself (in the same form): measured above
+            print("the same file and form as the target: its profile above", file=out)
+        else:
+            dprof = _probe_and_save(draft, args, rows, [], err, out, out_path=False)
+        cost = draft_model_cost(dprof, f"draft model {dprof.model}")
+        print("\n" + format_draft_break_even(profile, cost), file=out)
+    return 0
+
+
+def _probe_and_save(runtime: VerifyTimer, args: argparse.Namespace, rows: list[int],
+                    exit_layers: list[int], err: TextIO, out: TextIO,
+                    out_path: bool = True) -> CostProfile:
 
     def show(p: ProbeProgress) -> None:
         if p.done % len(rows) == 0:     # one line per round
@@ -96,11 +147,13 @@ def run_roofline(args: argparse.Namespace, runtime_factory: Callable[..., Verify
     print(f"probing verify cost on {getattr(runtime, 'device_name', '?')}, rows "
           f"{','.join(map(str, rows))}, context {args.context}", file=err, flush=True)
     profile = run_probe(runtime, context=args.context, rows=rows, repeats=args.repeats,
-                        warmup=args.warmup, budget_s=args.budget, progress=show)
-    path = Path(args.out) if args.out else profile_path(profile.device, profile.model, profile.dtype)
+                        warmup=args.warmup, budget_s=args.budget, progress=show,
+                        exit_layers=exit_layers)
+    path = (Path(args.out) if args.out and out_path
+            else profile_path(profile.device, profile.model, profile.dtype))
     profile.save(path)
     print(format_report(profile), file=out)
     print(f"\nprofile written to {path} ({profile.extra.get('probe_s', 0):.1f} s of probing)", file=out)
-    return 0
+    return profile
 
 

@@ -33,6 +33,15 @@ Cost. rows = 1 + depth * width, priced on the cost profile (an upper bound: the 
 shared prefixes, so real trees are smaller). Measured window times fed back to `observe` keep an
 additive per-pass overhead (drafting, mask building, commit) for plain steps and windows apart;
 the profile prices the verify pass only.
+
+Model drafts. A drafter registered with a draft cost (`register(name, rows_of, draft_ms)`: an
+early exit or a draft model, engine.cost.draft_cost) pays its draft passes too:
+
+    window ms = draft_ms(depth, width) x r + verify_ms(rows) + overhead
+
+where r, the measured draft time over the predicted one, is learned from every model-drafted
+window (its propose time) as the overhead is, so a draft priced from a reference or a busy
+probe is corrected after one window. The n-gram drafters' propose time stays in the overhead.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ class Choice:
     predicted_ms: float
     expected_tokens: float
     reason: str
+    explore: bool = False       # a first try of a model drafter priced only at the prior
 
     @property
     def plain(self) -> bool:
@@ -121,8 +131,31 @@ class WindowChooser:
         self.max_rows = min(limits) if limits else None
         # verify rows of a window of depth k and width w: the drafter's shape (default k*w + 1)
         self.rows_of = rows_of or (lambda k, w: 1 + k * w)
+        self._rows_by: dict[str, Callable[[int, int], int]] = {}
+        self._draft_by: dict[str, Callable[[int, int], float]] = {}   # model drafters' draft ms
+        self._draft_ratio: dict[str, float] = {}                      # measured / predicted
         self._cells: dict[tuple[str, int, int], _Cell] = {}     # (drafter, width, depth)
         self._overhead: dict[str, float] = {}    # "plain" | "window" -> ms above the profile
+
+    def register(self, drafter: str, rows_of: Callable[[int, int], int] | None = None,
+                 draft_ms: Callable[[int, int], float] | None = None) -> None:
+        """A drafter's own window shape (verify rows of depth x width) and, for a model
+        drafter, the predicted ms of drafting such a window (engine.cost.draft_cost)."""
+        if rows_of is not None:
+            self._rows_by[drafter] = rows_of
+        if draft_ms is not None:
+            self._draft_by[drafter] = draft_ms
+
+    def rows_for(self, drafter: str, depth: int, width: int) -> int:
+        return self._rows_by.get(drafter, self.rows_of)(depth, width)
+
+    def draft_ms(self, drafter: str, depth: int, width: int) -> float:
+        """Predicted draft time of a window (0 for n-gram drafters: their propose time is
+        overhead), corrected by what this drafter's windows measured."""
+        f = self._draft_by.get(drafter)
+        if f is None or depth < 1:
+            return 0.0
+        return f(depth, width) * self._draft_ratio.get(drafter, 1.0)
 
     # -- estimates
     def acceptance(self, drafter: str, width: int, depth: int) -> float:
@@ -175,11 +208,19 @@ class WindowChooser:
         out = []
         for k in range(1, kmax + 1):
             for w in range(1, wmax + 1):
-                rows = self.rows_of(k, w)
+                rows = self.rows_for(drafter, k, w)
                 if self.max_rows is not None and rows > self.max_rows:
                     continue
-                out.append(Choice(k, w, rows, self.predicted_ms(rows), expected[k, w], ""))
+                ms = self.predicted_ms(rows) + self.draft_ms(drafter, k, w)
+                out.append(Choice(k, w, rows, ms, expected[k, w], ""))
         return out
+
+    def best_possible(self, drafter: str, available_depth: int | None = None,
+                      available_width: int | None = None) -> float:
+        """Tokens per ms of the drafter's best window if every draft node were accepted (k + 1
+        tokens): an upper bound, so a drafter below plain decoding here can never pay."""
+        cands = self.candidates(drafter, available_depth, available_width)
+        return max(((c.depth + 1) / c.predicted_ms for c in cands), default=0.0)
 
     def choose(self, drafter: str, available_depth: int | None = None,
                available_width: int | None = None) -> Choice:
@@ -196,14 +237,38 @@ class WindowChooser:
         if best is None:
             return _with_reason(plain, f"plain decode: no window fits in {self.max_rows} rows")
         if best.tokens_per_ms > ar_rate:
+            d_ms = self.draft_ms(drafter, best.depth, best.width)
+            split = f" (draft {d_ms:.2f} + verify {best.predicted_ms - d_ms:.2f})" if d_ms else ""
             return _with_reason(best, (
                 f"depth {best.depth} x width {best.width} ({best.rows} rows): "
-                f"{best.expected_tokens:.2f} tok expected in {best.predicted_ms:.2f} ms = "
+                f"{best.expected_tokens:.2f} tok expected in {best.predicted_ms:.2f} ms{split} = "
                 f"{best.tokens_per_ms:.4g} tok/ms vs plain {ar_rate:.4g} tok/ms"))
+        trial = self._first_try(drafter, available_depth, available_width, ar_rate)
+        if trial is not None:
+            return trial
         return _with_reason(plain, (
             f"plain decode: best window depth {best.depth} x width {best.width} "
             f"({best.expected_tokens:.2f} tok in {best.predicted_ms:.2f} ms = {best.tokens_per_ms:.4g} tok/ms) "
             f"does not beat plain {ar_rate:.4g} tok/ms"))
+
+    def _first_try(self, drafter: str, available_depth: int | None, available_width: int | None,
+                   ar_rate: float) -> Choice | None:
+        """A model drafter never observed is priced at the prior alone, which may be far off
+        (a good draft model accepts 80-90%): try it once if some window of it could beat plain
+        decoding were every draft accepted; one that cannot is never tried (its draft passes
+        alone cost more than the tokens they could save)."""
+        if drafter not in self._draft_by or any(
+                c.count for (dr, _w, _d), c in self._cells.items() if dr == drafter):
+            return None
+        can_pay = [c for c in self.candidates(drafter, available_depth, available_width)
+                   if (c.depth + 1) / c.predicted_ms > ar_rate]
+        if not can_pay:
+            return None
+        c = max(can_pay, key=lambda c: c.tokens_per_ms)
+        return Choice(c.depth, c.width, c.rows, c.predicted_ms, c.expected_tokens,
+                      f"first try of {drafter}: depth {c.depth} x width {c.width} could emit "
+                      f"{c.depth + 1} tok in {c.predicted_ms:.2f} ms, beating plain "
+                      f"{1 / ar_rate:.2f} ms/tok if every draft is accepted", explore=True)
 
     def choose_among(self, available: dict[str, int | None]) -> tuple[str, Choice]:
         """Best drafter and window across drafters, all priced in tokens per ms on the same
@@ -216,29 +281,41 @@ class WindowChooser:
 
     # -- feedback
     def observe(self, drafter: str, depth: int, width: int, accepted_len: int, rejected: bool,
-                measured_ms: float | None = None, rows: int | None = None) -> None:
+                measured_ms: float | None = None, rows: int | None = None,
+                draft_ms: float | None = None) -> None:
         """Feed one finished window back.
 
         depth/width: what the window was built with (depth 0: a plain step). accepted_len: draft
         nodes on the accepted path. rejected: the window ended on a rejected node (a correction
         token); False when the path ran to a leaf (a bonus token), which says nothing about the
         depth below it. measured_ms: the window's wall time, propose + verify + commit.
-        rows: the verify rows actually used (default 1 + depth * width).
+        rows: the verify rows actually used (default 1 + depth * width). draft_ms: for a model
+        drafter, the measured draft time inside measured_ms (it teaches the draft ratio, and is
+        taken out of the overhead).
         """
         if depth < 0 or not 0 <= accepted_len <= max(depth, 0):
             raise ParameterError(f"accepted length {accepted_len} does not fit a window of depth {depth}")
         rows = (1 + depth * width) if rows is None else rows
+        drafted = drafter in self._draft_by and depth >= 1 and _valid(draft_ms)
+        if drafted:
+            predicted = self._draft_by[drafter](depth, width)
+            if predicted > 0:
+                old_r = self._draft_ratio.get(drafter)
+                r = draft_ms / predicted
+                self._draft_ratio[drafter] = r if old_r is None else old_r + self.overhead_ema * (r - old_r)
         if measured_ms is not None and math.isfinite(measured_ms) and measured_ms > 0:
             key = "plain" if rows == 1 else "window"
-            gap = measured_ms - self.profile.ms(rows)
+            gap = measured_ms - (draft_ms if drafted else 0.0) - self.profile.ms(rows)
             # the first measurement sets the overhead outright; later ones average in
             old = self._overhead.get(key)
             self._overhead[key] = gap if old is None else old + self.overhead_ema * (gap - old)
             if rows == 1 and self.profile.ms(1) > 0:
                 self._overhead["plain_ratio"] = (self.profile.ms(1) + self._overhead[key]) / self.profile.ms(1)
         if depth == 0:
+            # a plain step relaxes its drafter's estimates; under a takeover a plain step
+            # (drafter "none") relaxes every drafter's, so one written off is re-tried later
             for (dr, w, _d), cell in self._cells.items():
-                if dr == drafter:
+                if dr == drafter or drafter == "none":
                     target = _reproject(self.prior, 1, w, self.correlation)
                     cell.value += self.relax * (target - cell.value)
             return
@@ -259,7 +336,7 @@ class WindowChooser:
         # read the few fields it needs; event.to_dict() would deep-copy every row per window
         d = event if isinstance(event, dict) else {
             k: getattr(event, k) for k in ("tokens", "drafter", "window_ms", "depths", "width",
-                                           "accepted_path", "emitted_kinds")}
+                                           "accepted_path", "emitted_kinds", "propose_ms")}
         n_nodes = len(d["tokens"])
         if n_nodes == 0:
             self.observe(d["drafter"], 0, 0, 0, False, measured_ms=d.get("window_ms"), rows=1)
@@ -268,12 +345,14 @@ class WindowChooser:
         self.observe(d["drafter"], max(d["depths"]), max(int(d.get("width") or 1), 1),
                      len(d["accepted_path"]),
                      rejected="correction" in d["emitted_kinds"],
-                     measured_ms=d.get("window_ms"), rows=1 + n_nodes)
+                     measured_ms=d.get("window_ms"), rows=1 + n_nodes,
+                     draft_ms=d.get("propose_ms"))
 
     def reset(self) -> None:
         """Forget everything learned (a new session; estimates carry over between requests)."""
         self._cells.clear()
         self._overhead.clear()
+        self._draft_ratio.clear()
 
     def snapshot(self, drafter: str) -> dict[int, list[float]]:
         """width -> [a_1 .. a_max_depth] as the chooser sees them now (for views and reports)."""
@@ -282,7 +361,7 @@ class WindowChooser:
 
 
 def _with_reason(c: Choice, reason: str) -> Choice:
-    return Choice(c.depth, c.width, c.rows, c.predicted_ms, c.expected_tokens, reason)
+    return Choice(c.depth, c.width, c.rows, c.predicted_ms, c.expected_tokens, reason, c.explore)
 
 
 # ---------------------------------------------------------------------------------------------

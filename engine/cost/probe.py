@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol, Sequence
 import torch
 
 from engine.model.runtime import PACKED_MARK
+from engine.cost.draft_cost import default_exit_layers, probe_exit_layers
 from engine.cost.profile import CostProfile, profile_from_points, reference_profiles
 from engine.errors import ParameterError, SpecscopeError
 
@@ -164,10 +165,20 @@ def _dtype_name(runtime: Any) -> str:
     return str(name)
 
 
+def _n_layers(runtime: Any) -> int | None:
+    n = getattr(getattr(runtime, "config", None), "n_layers", None)
+    return n if isinstance(n, int) and n >= 1 else None
+
+
 def run_probe(runtime: VerifyTimer, context: int = DEFAULT_CONTEXT, rows: Sequence[int] | None = None,
               repeats: int | None = None, warmup: int | None = None, budget_s: float | None = None,
-              progress: Callable[[ProbeProgress], None] | None = None) -> CostProfile:
-    """Probe `runtime` and return a "measured" CostProfile (not saved)."""
+              progress: Callable[[ProbeProgress], None] | None = None,
+              exit_layers: Sequence[int] | None = None) -> CostProfile:
+    """Probe `runtime` and return a "measured" CostProfile (not saved).
+
+    A transformer runtime (one with `config.n_layers`) also has one-row passes through its first
+    K layers timed, for the early-exit drafter's price (engine.cost.draft_cost): at
+    `exit_layers`, default a quarter, half, three quarters and all of its layers; [] skips it."""
     if context < 1:
         raise ParameterError(f"--context must be >= 1, got {context}")
     gpu = device_type(runtime) != "cpu"
@@ -181,6 +192,10 @@ def run_probe(runtime: VerifyTimer, context: int = DEFAULT_CONTEXT, rows: Sequen
     with torch.inference_mode():
         points = probe(lambda n: runtime.time_verify_pass(n, context), rows, repeats, warmup,
                        progress, budget_s)
+        n_layers = _n_layers(runtime)
+        if exit_layers is None:
+            exit_layers = default_exit_layers(n_layers) if n_layers else []
+        exits = probe_exit_layers(runtime, exit_layers, context) if exit_layers else {}
     device = str(getattr(runtime, "device_name", "unknown"))
     model = str(getattr(runtime, "model_id", "unknown"))
     dtype = _dtype_name(runtime)
@@ -189,7 +204,9 @@ def run_probe(runtime: VerifyTimer, context: int = DEFAULT_CONTEXT, rows: Sequen
                                model=model, dtype=dtype, context=context,
                                source=f"specscope roofline {stamp}",
                                extra={"repeats": repeats, "warmup": warmup,
-                                      "probe_s": round(time.perf_counter() - t0, 3)})
+                                      "probe_s": round(time.perf_counter() - t0, 3),
+                                      **({"exit_ms": {str(k): round(v, 5) for k, v in exits.items()},
+                                          "n_layers": n_layers} if exits else {})})
 
 
 def probe_profile(runtime: VerifyTimer, context: int = DEFAULT_CONTEXT,

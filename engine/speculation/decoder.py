@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 
 from engine.cost.chooser import ArFloor, Choice, WindowChooser
+from engine.cost.draft_cost import DraftCost, draft_model_cost, early_exit_cost
 from engine.cost.probe import card_profile
 from engine.errors import NumericalError, ParameterError
 from engine.model.runtime import Runtime
@@ -28,13 +29,18 @@ from engine.speculation.model_drafters import make_model_drafter, model_tree_row
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng
 from engine.speculation.settings import MODEL_DRAFTERS, DecodeSettings
-from engine.speculation.takeover import NGRAM, PLAIN, Takeover
+from engine.speculation.takeover import NGRAM, PLAIN, Takeover, priced_takeover
 from engine.speculation.tree import TokenTree
 from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_greedy_top_k, verify_sampled
 from engine.speculation.window_events import verify_rows, window_event
 
 MAX_ROWS = 64   # rows one verify pass may use (the largest graph bucket)
 NGRAM_DEPTH = DecodeSettings().depth   # the n-gram tree's depth when it takes over a window
+
+
+def _model_rows(depth: int, width: int) -> int:
+    """Verify rows of a model-drafted window: a chain, or the level-by-level tree."""
+    return 1 + depth if width <= 1 else model_tree_rows(depth, width)
 
 
 def _drafter_spec(s: DecodeSettings) -> tuple:
@@ -94,6 +100,7 @@ class Decoder:
         self.wall_s = 0.0
         self.finish_reason = ""
         self.profile = profile     # a CostProfile for --adaptive (None: the device's, or a probe)
+        self.draft_cost: DraftCost | None = None    # --adaptive model drafts: their draft price
         self.progress = None        # callable(stage, fraction) for the one-time profile probe
         self._running = False       # prefill done: the cache holds this request
 
@@ -138,20 +145,27 @@ class Decoder:
         s = self.settings
         if _drafter_spec(s) != self._drafter_spec:
             self.drafter = self._build_drafter(s)
+            if s.draft in MODEL_DRAFTERS or self._drafter_spec[0] in MODEL_DRAFTERS:
+                self.chooser = None            # another model drafter: another draft price
             self._drafter_spec = _drafter_spec(s)
             self.takeover = None
         if s.takeover and s.draft in MODEL_DRAFTERS:
-            if self.takeover is None:
+            # adaptive: priced on the cost model (priced_takeover); else measured as it goes
+            if self.takeover is None and not s.adaptive:
                 self.takeover = Takeover(model_name=s.draft)
+            if s.adaptive:
+                self.takeover = None
+            if self.ngram_drafter is None:
                 self.ngram_drafter = TreeDrafter()
         else:
             self.takeover = self.ngram_drafter = None
-        if s.adaptive and s.draft not in ("none", *MODEL_DRAFTERS):   # prices n-gram trees
+        if s.adaptive and s.draft != "none":
             if self.chooser is None:
-                self.chooser = WindowChooser(
-                    self._cost_profile(), s.depth, s.width, max_rows=MAX_ROWS,
-                    rows_of=tree_rows if s.draft == "tree" else None)
-            self.chooser.max_depth, self.chooser.max_width = s.depth, s.width
+                self.chooser = self._build_chooser(s)
+            self.chooser.max_depth = max(s.depth, NGRAM_DEPTH) if self.ngram_drafter else s.depth
+            self.chooser.max_width = s.width
+        else:
+            self.chooser = None if s.draft in MODEL_DRAFTERS else self.chooser
         if s.ar_floor and s.draft != "none":
             if self.floor is None:
                 self.floor = ArFloor()
@@ -254,6 +268,30 @@ class Decoder:
             pass
         return self.report()
 
+    def _build_chooser(self, s: DecodeSettings) -> WindowChooser:
+        """The window chooser on the device's profile; a model drafter is registered with its
+        window shape and its draft cost (engine.cost.draft_cost)."""
+        ch = WindowChooser(self._cost_profile(), s.depth, s.width, max_rows=MAX_ROWS)
+        ch.register("tree", rows_of=tree_rows)
+        if s.draft in MODEL_DRAFTERS:
+            self.draft_cost = self._draft_cost(s)
+            ch.register(s.draft, rows_of=_model_rows, draft_ms=self.draft_cost.draft_ms)
+        return ch
+
+    def _draft_cost(self, s: DecodeSettings) -> DraftCost:
+        """What this device pays per draft pass: the early exit's from the profile's probed exit
+        layers (or timed now); a draft model's from its own cost profile (saved, or probed)."""
+        running = self._running
+        if s.draft == "early-exit":
+            limit = self.rt.config.max_context - MAX_ROWS - 1
+            ctx = self.rt.cache.length if running else min(self.profile.context or 1024, limit)
+            return early_exit_cost(self.profile, s.exit_layer, self.rt.config.n_layers,
+                                   runtime=self.rt, context=max(1, ctx))
+        drt = self.draft_rt
+        prof = card_profile(drt, progress=self.progress, check=True,
+                            context=drt.cache.length if running else None)
+        return draft_model_cost(prof, f"draft model {drt.model_id}")
+
     def _cost_profile(self):
         """The device's verify-cost profile: a saved or bundled one, else a quick probe."""
         if self.profile is None:
@@ -276,6 +314,11 @@ class Decoder:
                           is None else "plain decode: the last token of the request")
         if self.floor is not None and self.floor.want_plain_step():
             return Choice(0, 0, 1, float("nan"), 1.0, f"AR floor: {self.floor.reason}")
+        if self.ngram_drafter is not None and self.chooser is not None:    # priced takeover
+            ngram_depth = max(0, min(max(depth, NGRAM_DEPTH), remaining - 1))
+            self._kind, c, why = priced_takeover(self.chooser, bool(self.index.lookup()[1]),
+                                                 s.draft, ngram_depth, depth, s.width)
+            return Choice(c.depth, c.width, c.rows, c.predicted_ms, c.expected_tokens, why)
         if self.takeover is not None:
             self._kind, why = self.takeover.choose(bool(self.index.lookup()[1]))
             if self._kind == NGRAM:    # copies run long: the tree drafter's own default depth
@@ -284,6 +327,8 @@ class Decoder:
             if self._kind == PLAIN:
                 return Choice(0, 0, 1, float("nan"), 1.0, why)
             return Choice(depth, 1, 1 + depth, float("nan"), float("nan"), why)   # a chain
+        if s.draft in MODEL_DRAFTERS and self.chooser is not None:
+            return self.chooser.choose(s.draft, available_depth=depth, available_width=s.width)
         if s.draft in MODEL_DRAFTERS:
             who = f"the first {s.exit_layer} layers" if s.draft == "early-exit" else "the draft model"
             if s.width > 1:

@@ -19,6 +19,7 @@ without it, so a change in the text (a copy ends, a new one starts) is noticed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 NGRAM, MODEL, PLAIN = "ngram", "model", "plain"
 KINDS = (NGRAM, MODEL, PLAIN)
@@ -88,3 +89,38 @@ class Takeover:
     def observe(self, kind: str, tokens: int, ms: float) -> None:
         """A window of `kind` emitted `tokens` in `ms` (draft + verify + commit)."""
         self.est[kind].add(tokens, ms)
+
+
+def priced_takeover(chooser: Any, has_match: bool, model: str, ngram_depth: int,
+                    model_depth: int, width: int) -> tuple[str, Any, str]:
+    """The takeover on the cost model (--adaptive): each drafter's best window priced by the
+    chooser (engine.cost.chooser: learned acceptance per depth, the profile's verify cost, the
+    model's measured draft cost), against a plain step. No forced tries: a drafter is tried
+    when its priced window beats the others, and its price is learned from there.
+
+    Returns (NGRAM | MODEL | PLAIN, the chooser's Choice for it, the reason in words)."""
+    ngram = chooser.choose("tree", available_depth=ngram_depth if has_match else 0,
+                           available_width=width)
+    drafted = chooser.choose(model, available_depth=model_depth, available_width=width)
+    plain_rate = 1.0 / chooser.predicted_ms(1)
+    options = [(PLAIN, None, plain_rate)]
+    if not ngram.plain:
+        options.append((NGRAM, ngram, ngram.tokens_per_ms))
+    if not drafted.plain:
+        options.append((MODEL, drafted, drafted.tokens_per_ms))
+    kind, choice, _ = max(options, key=lambda o: o[2])
+    if drafted.explore:               # a model drafter's first window: learn its acceptance
+        kind, choice = MODEL, drafted
+    names = {NGRAM: "n-gram tree", MODEL: model, PLAIN: "plain decoding"}
+
+    def price(c: Any) -> str:
+        return ("not paying" if c.plain else
+                f"d{c.depth} x w{c.width} {c.expected_tokens:.2f} tok / {c.predicted_ms:.2f} ms")
+
+    reason = "a first try" if choice is not None and choice.explore else "the most expected tokens per ms"
+    why = (f"takeover: {names[kind]}, {reason} (n-gram tree "
+           f"{price(ngram) if has_match else 'no match'}; {model} {price(drafted)}; "
+           f"plain {chooser.predicted_ms(1):.2f} ms)")
+    if choice is None:
+        choice = ngram if ngram.plain else drafted
+    return kind, choice, why

@@ -93,6 +93,26 @@ def test_roofline_command_writes_a_valid_profile(tmp_path) -> None:
     assert prof.dtype == "float32" and prof.model.endswith(".gguf")
     assert all(ms > 0 for _, ms in prof.points)
     assert "break-even" in r.stdout
+    # the early exit's draft pass at the default exit layers (a quarter .. all of the 30)
+    exits = {int(k): v for k, v in prof.extra["exit_ms"].items()}
+    assert sorted(exits) == [7, 15, 22, 30] and prof.extra["n_layers"] == 30
+    assert exits[7] < exits[30]                  # 7 layers cost less than 30
+    assert "early exit: tokens a chain of depth d must emit to beat AR" in r.stdout
+
+
+def test_roofline_prices_a_draft_model_and_named_exit_layers(tmp_path) -> None:
+    from engine.io.load import default_model_path
+    r = specscope("roofline", "--device", "cpu", "--weights", "dequantized", "--rows", "1,2,4",
+                  "--repeats", "2", "--context", "128", "--exit-layers", "10,20",
+                  "--draft-model", str(default_model_path()), "--out", str(tmp_path / "p.json"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "\n    10  " in out and "\n    20  " in out and "\n     7  " not in out
+    # the bundled model drafting for itself: as dear as the target, it never pays at any depth
+    table = out[out.index("a draft pass"):].splitlines()[2:]
+    assert len(table) == 6 and all(line.endswith("never pays") for line in table)
+    bad = specscope("roofline", "--device", "cpu", "--exit-layers", "99", "--rows", "1")
+    assert bad.returncode == 2 and "--exit-layers must lie between 1 and the model's 30 layers" in bad.stderr
 
 
 def test_one_parser_keeps_common_options_before_or_after_the_subcommand() -> None:

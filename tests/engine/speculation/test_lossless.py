@@ -285,3 +285,64 @@ def test_sampled_model_drafts_replay_with_the_same_seed(rt, prompts):
              if r.node >= 0 and ev.parents.index(ev.parents[r.node]) == r.node]
     tried = [r for r in first if r.accept_prob is not None]
     assert tried and all(r.accept_prob == pytest.approx(min(1.0, r.p / r.q), rel=1e-5) for r in tried)
+
+
+# ---------------------------------------------------------------------------------------------
+# model drafts priced by the cost model (--adaptive): the chooser picks each window's depth and
+# width, or the takeover its drafter, and the output stays plain decoding's
+
+
+@pytest.fixture(scope="module")
+def cheap_exit_profile(rt):
+    """This CPU's measured verify curve, with the early exit at 20 layers priced at 1% of a
+    step: the card where drafting is nearly free, so the chooser drafts (deep where it pays)."""
+    from dataclasses import replace
+
+    from engine.cost.probe import run_probe
+    prof = run_probe(rt, context=256, rows=(1, 2, 4, 8, 16), repeats=2, warmup=1, exit_layers=[])
+    return replace(prof, extra={**prof.extra, "exit_ms": {"20": 0.01 * prof.ms(1)}, "n_layers": 30})
+
+
+@pytest.mark.parametrize("prompt, pen, takeover", [("textwrap", "off", False),
+                                                   ("summarization", "on", False),
+                                                   ("posixpath", "off", True)])
+def test_priced_model_drafts_equal_plain_decoding(rt, prompts, short_references, cheap_exit_profile,
+                                                  prompt, pen, takeover):
+    s = DecodeSettings(draft="early-exit", exit_layer=20, depth=4, width=2, adaptive=True,
+                       takeover=takeover, max_new_tokens=MODEL_NEW_TOKENS, sampling=PENALTIES[pen])
+    dec = Decoder(rt, prompts[prompt], s, detail=True, profile=cheap_exit_profile)
+    events, per_token = [], []
+    for ev in dec.windows():
+        events.append(ev)
+        path = [-1] + list(ev.accepted_path)
+        for j in range(len(ev.emitted)):
+            row = ev.rows[path[j] + 1]
+            assert row.target_token == ev.emitted[j]
+            per_token.append((row.near_tie, [(t, p) for t, _, p in row.top]))
+    assert_same_as_reference((dec.report(), per_token, 0), short_references(prompt, pen))
+    assert dec.draft_cost.one_row_ms == pytest.approx(0.01 * cheap_exit_profile.ms(1))
+    drafted = [ev for ev in events if ev.tokens]
+    assert drafted and dec.report()["proposed_draft_tokens"] > 0
+    if takeover:      # both drafters priced on one clock, each window says who won and why
+        assert all(ev.reason.startswith("takeover: ") and "plain " in ev.reason for ev in events
+                   if ev.reason != "plain decode: the last token of the request")
+        assert {ev.drafter for ev in drafted} >= {"early-exit"}
+    else:             # the chooser's own pricing, draft time included
+        assert all("draft " in ev.reason for ev in drafted if not ev.reason.startswith("first try"))
+
+
+def test_a_draft_model_as_dear_as_the_target_is_never_tried(rt, prompts, self_draft, short_references):
+    """The bundled model drafting for itself: every draft would be accepted, but k draft passes
+    plus a verify pass cost more than the k + 1 plain steps they replace, on any card. Priced,
+    it never drafts; the draft's cost comes from its own profile (the same file: the target's)."""
+    from engine.cost.probe import profile_path, run_probe
+    prof = run_probe(rt, context=256, rows=(1, 2, 4, 8), repeats=2, warmup=1, exit_layers=[])
+    prof.save(profile_path(self_draft.device_name, self_draft.model_id, self_draft.dtype_name))
+    s = DecodeSettings(draft="model", draft_model="(the bundled model)", depth=3, width=1,
+                       adaptive=True, max_new_tokens=8)
+    dec = Decoder(rt, prompts["textwrap"], s, detail=False, profile=prof, draft_runtime=self_draft)
+    events = list(dec.windows())
+    assert dec.report()["tokens"] == short_references("textwrap", "off")[0]["tokens"][:8]
+    assert dec.report()["proposed_draft_tokens"] == 0
+    assert dec.draft_cost.label.startswith("draft model ")
+    assert all(ev.reason.startswith("plain decode") for ev in events)
