@@ -13,6 +13,12 @@ temperature 0.7 with a fixed seed), every configuration runs back to back:
     takeover-K    early exit at the largest K with --takeover: each window, the n-gram tree
                   (width 3) drafts instead when it is priced cheaper per token
                   (engine.speculation.takeover)
+  with --adaptive (the cost model prices every window, draft passes included):
+    tree-ad       the n-gram tree, depth and width chosen per window (up to 8 x 3)
+    ee-ad-K       early exit at K, depth and width chosen per window (up to --ee-depth x 3),
+                  for each K of --exit-layers
+    takeover-ad-K the priced takeover with early exit at the largest K
+                  (n-gram tree, early exit or plain step, each window priced on one clock)
     self-draft    (--self-draft) the model as a draft model of itself, the draft's weights
                   --draft-weights (packed: a Q4 draft of the float target): every draft
                   accepted where the two agree, the cost of a second model's passes visible
@@ -50,9 +56,21 @@ MODES = {"greedy": 0.0, "t0.7": 0.7}
 
 
 def configs(exit_layers: list[int], ee_depth: int, takeover: bool, self_draft: bool,
-            model: str | None) -> dict[str, dict[str, Any]]:
+            model: str | None, adaptive: bool = False,
+            fixed_layers: list[int] | None = None) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {"ar": {"draft": "none"},
                                       "tree": {"draft": "tree", "depth": 8, "width": 3}}
+    if adaptive:
+        k = max(exit_layers)
+        out["tree-ad"] = {"draft": "tree", "depth": 8, "width": 3, "adaptive": True}
+        for kk in exit_layers:
+            out[f"ee-ad-{kk}"] = {"draft": "early-exit", "exit_layer": kk, "depth": ee_depth,
+                                  "width": 3, "adaptive": True}
+        out[f"takeover-ad-{k}"] = {"draft": "early-exit", "exit_layer": k, "depth": ee_depth,
+                                   "width": 3, "adaptive": True, "takeover": True}
+        exit_layers = fixed_layers if fixed_layers is not None else [k]
+        if not exit_layers:
+            exit_layers = [k]
     for k in exit_layers:
         out[f"ee-{k}"] = {"draft": "early-exit", "exit_layer": k, "depth": ee_depth, "width": 1}
     k = max(exit_layers)
@@ -88,6 +106,10 @@ def main() -> None:
     ap.add_argument("--exit-layers", type=int, nargs="+", default=[12, 18, 24, 27])
     ap.add_argument("--ee-depth", type=int, default=4)
     ap.add_argument("--no-takeover", action="store_true")
+    ap.add_argument("--adaptive", action="store_true",
+                    help="also the priced configurations (tree-ad, ee-ad-K, takeover-ad-K)")
+    ap.add_argument("--fixed-layers", type=int, nargs="*", default=None,
+                    help="with --adaptive: the fixed ee-K chains to run (default: the largest K)")
     ap.add_argument("--self-draft", action="store_true", help="also the model as its own draft")
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--draft-weights", default="packed", choices=["auto", "packed", "dequantized"],
@@ -107,7 +129,13 @@ def main() -> None:
         return opened[path]
 
     cfgs = configs(a.exit_layers, a.ee_depth, not a.no_takeover, a.self_draft,
-                   str(rt.loaded.source))
+                   str(rt.loaded.source), a.adaptive, a.fixed_layers)
+    if a.adaptive:       # the device's cost profile (and exit-layer timings) before any clock
+        from engine.cost.probe import card_profile
+        t0 = time.perf_counter()
+        prof = card_profile(rt, check=True)
+        print(f"cost profile {prof.id} ({time.perf_counter() - t0:.1f} s): one row {prof.ms(1):.3f} ms, "
+              f"8 rows {prof.ms(8):.3f} ms, exit layers {prof.extra.get('exit_ms')}", flush=True)
     work = prompts(a.code_prompts, a.per_category)
     ids = {pid: encode_prompt(rt.tokenizer, msgs) for pid, _, msgs in work}
     cat_of = {pid: cat for pid, cat, _ in work}
@@ -117,6 +145,8 @@ def main() -> None:
 
     runs: dict = defaultdict(lambda: defaultdict(dict))     # mode -> prompt -> config -> result
     t_start = time.perf_counter()
+    for pid in ids:       # untimed: each prompt's first run pays one-time costs (AR ran first)
+        Decoder(rt, ids[pid], DecodeSettings(draft="none", max_new_tokens=8), detail=False).run()
     for mode in a.modes:
         for pid in ids:
             for name, cfg in cfgs.items():
@@ -168,11 +198,12 @@ def main() -> None:
         for c in cfgs:
             if not c.startswith("takeover-"):
                 continue
-            k = c.split("-")[1]
-            worst = min(fig[cat][c]["tok_s"] / max(fig[cat]["tree"]["tok_s"], fig[cat][f"ee-{k}"]["tok_s"])
+            k = c.split("-")[-1]
+            pair = ("tree-ad", f"ee-ad-{k}") if "-ad-" in c else ("tree", f"ee-{k}")
+            worst = min(fig[cat][c]["tok_s"] / max(fig[cat][pair[0]]["tok_s"], fig[cat][pair[1]]["tok_s"])
                         for cat in cats)
             fig[f"{c}_worst_vs_better_drafter"] = worst
-            print(f"{c}: worst category vs the better of tree and ee-{k}: {worst:.2f} (goal >= 0.95)")
+            print(f"{c}: worst category vs the better of {pair[0]} and {pair[1]}: {worst:.2f} (goal >= 0.95)")
 
     path = record(a.out or f"drafts_{rt.device.type}", {
         "device": rt.device_name, "dtype": rt.dtype_name, "weights": rt.weights_label,
