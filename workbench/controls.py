@@ -115,7 +115,8 @@ class ControlsPanel(QScrollArea):
         self.match.addItems(list(MATCH_RULES))
         self.match.setToolTip("which earlier occurrence the lookup drafter copies")
         self.adaptive = QCheckBox("adaptive")
-        self.adaptive.setToolTip("price every window on the card's cost profile and pick depth and width")
+        self.adaptive.setToolTip("price every window on the card's cost profile and pick depth and width "
+                                 "(model drafts: their draft passes priced on the same clock)")
         self.takeover = QCheckBox("takeover")
         self.takeover.setToolTip("model drafts: each window, the n-gram tree, the model or a plain "
                                  "step, whichever is expected to emit the most tokens per ms")
@@ -264,9 +265,10 @@ class ControlsPanel(QScrollArea):
         kind = self.draft.currentText()
         self.depth.setEnabled(kind != "none")
         self.ar_floor.setEnabled(kind != "none")
-        for w in (self.ngram_min, self.ngram_max, self.match, self.adaptive):
+        for w in (self.ngram_min, self.ngram_max, self.match):
             w.setEnabled(kind in NGRAM_DRAFTERS)
-        self.width.setEnabled(kind == "tree")
+        self.adaptive.setEnabled(kind != "none")          # model drafts are priced too
+        self.width.setEnabled(kind in ("tree", "model", "early-exit"))   # model drafts: trees
         self.exit_layer.setEnabled(kind == "early-exit")
         self.draft_model.setEnabled(kind == "model")
         self.takeover.setEnabled(kind in ("model", "early-exit"))

@@ -42,6 +42,9 @@ early exit or a draft model, engine.cost.draft_cost) pays its draft passes too:
 where r, the measured draft time over the predicted one, is learned from every model-drafted
 window (its propose time) as the overhead is, so a draft priced from a reference or a busy
 probe is corrected after one window. The n-gram drafters' propose time stays in the overhead.
+A drafter none of whose windows could beat plain decoding even with every draft accepted is not
+priced again for HOLD windows (an early exit of 28 of 30 layers on a GPU: the verdict is the
+same every window, and pricing it each time cost ~5% of a plain step's time).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from engine.cost.profile import CostProfile
 from engine.errors import ParameterError
 
 PLAIN_REASON_NO_DRAFT = "plain decode: the drafter has no continuation"
+HOLD = 32          # windows a "can never pay" verdict stands before the drafter is priced again
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,8 @@ class WindowChooser:
         self._draft_ratio: dict[str, float] = {}                      # measured / predicted
         self._cells: dict[tuple[str, int, int], _Cell] = {}     # (drafter, width, depth)
         self._overhead: dict[str, float] = {}    # "plain" | "window" -> ms above the profile
+        self._observed = 0                       # windows fed back so far
+        self._held: dict[tuple, tuple[int, Choice]] = {}   # "can never pay" until window n
 
     def register(self, drafter: str, rows_of: Callable[[int, int], int] | None = None,
                  draft_ms: Callable[[int, int], float] | None = None) -> None:
@@ -230,8 +236,13 @@ class WindowChooser:
         plain = Choice(0, 0, 1, ar_ms, 1.0, "")
         if available_depth == 0 or available_width == 0:
             return _with_reason(plain, PLAIN_REASON_NO_DRAFT)
+        key = (drafter, available_depth, available_width, self.max_depth, self.max_width)
+        held = self._held.get(key)
+        if held is not None and held[0] > self._observed:
+            return held[1]
+        cands = self.candidates(drafter, available_depth, available_width)
         best: Choice | None = None
-        for c in self.candidates(drafter, available_depth, available_width):
+        for c in cands:
             if best is None or c.tokens_per_ms > best.tokens_per_ms * (1 + 1e-12):
                 best = c
         if best is None:
@@ -243,26 +254,33 @@ class WindowChooser:
                 f"depth {best.depth} x width {best.width} ({best.rows} rows): "
                 f"{best.expected_tokens:.2f} tok expected in {best.predicted_ms:.2f} ms{split} = "
                 f"{best.tokens_per_ms:.4g} tok/ms vs plain {ar_rate:.4g} tok/ms"))
-        trial = self._first_try(drafter, available_depth, available_width, ar_rate)
+        # windows that would beat plain decoding if every draft node were accepted
+        can_pay = [c for c in cands if (c.depth + 1) / c.predicted_ms > ar_rate]
+        trial = self._first_try(drafter, can_pay, ar_rate)
         if trial is not None:
             return trial
+        if not can_pay:
+            # no acceptance rate makes this drafter pay at these costs: say so, and spare the
+            # pricing until the costs may have moved (HOLD more windows observed)
+            top = max(cands, key=lambda c: (c.depth + 1) / c.predicted_ms)
+            choice = _with_reason(plain, (
+                f"plain decode: no {drafter} window can pay on this device, even with every draft "
+                f"accepted (at best {top.depth + 1} tok in {top.predicted_ms:.2f} ms, depth "
+                f"{top.depth} x width {top.width}; plain {ar_ms:.2f} ms a token)"))
+            self._held[key] = (self._observed + HOLD, choice)
+            return choice
         return _with_reason(plain, (
             f"plain decode: best window depth {best.depth} x width {best.width} "
             f"({best.expected_tokens:.2f} tok in {best.predicted_ms:.2f} ms = {best.tokens_per_ms:.4g} tok/ms) "
             f"does not beat plain {ar_rate:.4g} tok/ms"))
 
-    def _first_try(self, drafter: str, available_depth: int | None, available_width: int | None,
-                   ar_rate: float) -> Choice | None:
+    def _first_try(self, drafter: str, can_pay: list[Choice], ar_rate: float) -> Choice | None:
         """A model drafter never observed is priced at the prior alone, which may be far off
         (a good draft model accepts 80-90%): try it once if some window of it could beat plain
-        decoding were every draft accepted; one that cannot is never tried (its draft passes
-        alone cost more than the tokens they could save)."""
-        if drafter not in self._draft_by or any(
+        decoding were every draft accepted (`can_pay`); one that cannot is never tried (its
+        draft passes alone cost more than the tokens they could save)."""
+        if not can_pay or drafter not in self._draft_by or any(
                 c.count for (dr, _w, _d), c in self._cells.items() if dr == drafter):
-            return None
-        can_pay = [c for c in self.candidates(drafter, available_depth, available_width)
-                   if (c.depth + 1) / c.predicted_ms > ar_rate]
-        if not can_pay:
             return None
         c = max(can_pay, key=lambda c: c.tokens_per_ms)
         return Choice(c.depth, c.width, c.rows, c.predicted_ms, c.expected_tokens,
@@ -296,6 +314,7 @@ class WindowChooser:
         if depth < 0 or not 0 <= accepted_len <= max(depth, 0):
             raise ParameterError(f"accepted length {accepted_len} does not fit a window of depth {depth}")
         rows = (1 + depth * width) if rows is None else rows
+        self._observed += 1
         drafted = drafter in self._draft_by and depth >= 1 and _valid(draft_ms)
         if drafted:
             predicted = self._draft_by[drafter](depth, width)
@@ -353,6 +372,7 @@ class WindowChooser:
         self._cells.clear()
         self._overhead.clear()
         self._draft_ratio.clear()
+        self._held.clear()
 
     def snapshot(self, drafter: str) -> dict[int, list[float]]:
         """width -> [a_1 .. a_max_depth] as the chooser sees them now (for views and reports)."""

@@ -30,7 +30,8 @@ def test_controls_switch_to_early_exit_and_views_show_q(qtbot, make_window):
     c.exit_layer.setValue(20)                    # still invalid as a whole: nothing is sent
     with qtbot.waitSignal(c.settings_changed):
         c.draft.setCurrentText("early-exit")
-    assert c.exit_layer.isEnabled() and not c.width.isEnabled()
+    # a model drafts chains or trees (width), priced by the cost model when adaptive is on
+    assert c.exit_layer.isEnabled() and c.width.isEnabled() and c.adaptive.isEnabled()
     win.step()
     wait_windows(qtbot, win, 2)
     qtbot.waitUntil(lambda: win.run.state == "paused", timeout=60_000)   # the step has ended

@@ -78,6 +78,14 @@ def test_a_draft_that_cannot_pay_is_never_tried_and_a_cheap_one_is_tried_then_le
     dear = chooser_with(DraftCost("dear", 10.0, prof))
     c = dear.choose("early-exit")
     assert c.plain and not c.explore            # even all-accepted windows lose: no first try
+    assert "can pay on this device, even with every draft accepted" in c.reason
+    # the verdict holds (no re-pricing) until HOLD windows were observed, then is priced again
+    from engine.cost.chooser import HOLD
+    dear.register("early-exit", draft_ms=DraftCost("free", 1e-6, prof).draft_ms)
+    assert dear.choose("early-exit") is c
+    for _ in range(HOLD):
+        dear.observe("early-exit", 0, 0, 0, False)
+    assert not dear.choose("early-exit").plain        # nearly free drafts: tried now
     cheap = chooser_with(DraftCost("cheap", 4.0, prof))
     # at the prior 0.5 no window pays (depth 1: 1.5 tok in 16 ms < 1 tok in 10 ms), but one
     # accepted in full could (2 tok in 16 ms): it is tried once
