@@ -17,7 +17,7 @@ if [ ! -f /tmp/spcache/roofline.txt ]; then
   python3 -m specscope.cli roofline --device cuda --model $M --exit-layers 4,8,12,16,20,24,28,30 \
       2>&1 | grep -v "^  round\|%)" | tee /tmp/spcache/roofline.txt
 fi
-cp /tmp/spcache/roofline.txt $OUT/
+cp /tmp/spcache/roofline.txt $OUT/; cp /tmp/spcache/profiles/*packed-bfloat16.json $OUT/h200_profile.json
 step bench_drafts $MODE
 python3 bench/bench_drafts.py --device cuda --model $M --new-tokens 128 --repeats 3 --code-prompts 2 \
     --per-category 2 --modes $MODE --adaptive --exit-layers 8 16 24 28 --ee-depth 4 --self-draft \
