@@ -17,7 +17,8 @@ from PySide6.QtCore import QThread, Signal
 
 from engine.errors import SpecscopeError
 
-from workbench.worker import _RUNTIME_LOCK, RuntimeSpec, describe_error, shared_runtime
+from workbench.worker import (_RUNTIME_LOCK, RuntimeSpec, collect_on_main_thread, describe_error,
+                              shared_runtime)
 
 # job(runtime, stop, emit, progress) -> final value
 Job = Callable[[Any, threading.Event, Callable[[Any], None], Callable[[str, float], None]], Any]
@@ -44,6 +45,7 @@ class JobWorker(QThread):
             raise RuntimeError("a job is still running: cancel it and wait first")
         self.stop_flag.clear()
         self._job = (job_id, spec, job)
+        collect_on_main_thread(self)     # Qt objects must not be collected on this thread
         self.start()
 
     def cancel(self) -> None:

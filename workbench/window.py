@@ -36,7 +36,7 @@ from workbench.views.rows import VerifyRowsView
 from workbench.views.stats import StatsView
 from workbench.views.tree import TokenTreeView
 from workbench.widgets import Banner, Timeline
-from workbench.worker import RuntimeSpec, SessionWorker
+from workbench.worker import RuntimeSpec, SessionWorker, release_finished_threads
 
 REDRAW_MS = 33               # at most ~30 frames a second
 PLOTS_HZ = 2                 # run-wide plots while streaming (they change slowly)
@@ -415,6 +415,7 @@ class MainWindow(QMainWindow):
         self.race.shutdown()
         if not self.worker.shutdown(2000):
             self.worker.wait(3000)
+        release_finished_threads()       # garbage collection is automatic again once they ended
 
     def closeEvent(self, e) -> None:
         self._shutdown_worker()

@@ -312,6 +312,37 @@ def test_close_mid_run_stops_the_worker(qtbot, make_window):
     assert win.worker.isFinished() and not win.worker.isRunning()
 
 
+def test_garbage_is_collected_on_the_main_thread_only(qtbot, cpu_spec):
+    """CPython collects cyclic garbage in whichever thread allocates past the threshold; a
+    collection on a worker destroyed the main thread's Qt objects there (the segfaults and hangs
+    of test_screenshot_command while the worker loaded the model). Workers must never collect."""
+    import gc
+    import threading
+
+    from workbench.jobs import JobWorker
+    on_main = []
+
+    def watch(phase, info):
+        if phase == "start":
+            on_main.append(threading.current_thread() is threading.main_thread())
+
+    worker = JobWorker()
+    done = []
+    worker.done.connect(lambda _id, value: done.append(value))
+    was = gc.isenabled()
+    gc.callbacks.append(watch)
+    try:
+        # as many tracked objects as a model load's tokenizer builds
+        worker.start_job(1, cpu_spec, lambda rt, stop, emit, progress: len([(i,) for i in range(300_000)]))
+        qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT_MS)
+        assert worker.wait(5000)
+        qtbot.waitUntil(lambda: gc.isenabled() == was, timeout=5000)   # automatic again after
+    finally:
+        gc.callbacks.remove(watch)
+    assert done == [300_000]
+    assert on_main and all(on_main), on_main     # collected, and on the main thread only
+
+
 def test_screenshot_command(qtbot, cpu_spec, tmp_path, capsys):
     from PySide6.QtGui import QImage
 
