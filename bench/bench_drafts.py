@@ -109,6 +109,8 @@ def main() -> None:
     ap.add_argument("--no-takeover", action="store_true")
     ap.add_argument("--adaptive", action="store_true",
                     help="also the priced configurations (tree-ad, ee-ad-K, takeover-ad-K)")
+    ap.add_argument("--only", nargs="+", default=None,
+                    help="run only these configurations (ar is always run)")
     ap.add_argument("--fixed-layers", type=int, nargs="*", default=None,
                     help="with --adaptive: the fixed ee-K chains to run (default: the largest K)")
     ap.add_argument("--self-draft", action="store_true", help="also the model as its own draft")
@@ -131,6 +133,11 @@ def main() -> None:
 
     cfgs = configs(a.exit_layers, a.ee_depth, not a.no_takeover, a.self_draft,
                    str(rt.loaded.source), a.adaptive, a.fixed_layers)
+    if a.only:
+        unknown = set(a.only) - set(cfgs)
+        if unknown:
+            ap.error(f"--only: no configuration {', '.join(sorted(unknown))}; known: {', '.join(cfgs)}")
+        cfgs = {k: v for k, v in cfgs.items() if k == "ar" or k in a.only}
     if a.adaptive:       # the device's cost profile (and exit-layer timings) before any clock
         from engine.cost.probe import card_profile
         t0 = time.perf_counter()
@@ -218,6 +225,8 @@ def main() -> None:
                 continue
             k = c.split("-")[-1]
             pair = ("tree-ad", f"ee-ad-{k}") if "-ad-" in c else ("tree", f"ee-{k}")
+            if not all(p in cfgs for p in pair):
+                continue
             worst = min(fig[cat][c]["tok_s"] / max(fig[cat][pair[0]]["tok_s"], fig[cat][pair[1]]["tok_s"])
                         for cat in cats)
             fig[f"{c}_worst_vs_better_drafter"] = worst

@@ -58,6 +58,7 @@ from engine.errors import ParameterError
 
 PLAIN_REASON_NO_DRAFT = "plain decode: the drafter has no continuation"
 HOLD = 32          # windows a "can never pay" verdict stands before the drafter is priced again
+PRIOR_TRIALS = 4.0  # the prior's weight, in trials, in the record plain steps relax toward
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ def _reproject(a: float, w_from: int, w_to: int, correlation: float) -> float:
 class _Cell:
     value: float
     count: int = 0
+    hits: float = 0.0           # accepted / tried at this depth, both fading at each plain step
+    trials: float = 0.0
 
 
 class WindowChooser:
@@ -107,9 +110,13 @@ class WindowChooser:
 
     ema: weight of the newest window in the per-depth acceptance averages. prior: a_d before any
     observation (width 1). relax: per plain step, how far every estimate of that drafter moves
-    back toward the prior, so a drafter written off early gets re-tried once the text may have
-    changed (after ~35 plain steps at 0.02 it has regained half the gap). overhead_ema: weight of
-    the newest measured time in the overhead averages.
+    back toward what its record says, so a drafter written off early gets re-tried once the text
+    may have changed. The record is the cell's own acceptance, hits / trials, shrunk toward the
+    prior by PRIOR_TRIALS pseudo-trials, and it fades by the same factor each plain step: a
+    drafter with a few failures drifts back to the prior (after ~35 plain steps at 0.02 it has
+    regained half the gap), one that failed dozens of times (point-mass n-gram drafts under
+    sampling: 1-6% accepted) is re-tried far less often. overhead_ema: weight of the newest
+    measured time in the overhead averages.
     """
 
     def __init__(self, profile: CostProfile, max_depth: int, max_width: int, ema: float = 0.3,
@@ -335,8 +342,11 @@ class WindowChooser:
             # (drafter "none") relaxes every drafter's, so one written off is re-tried later
             for (dr, w, _d), cell in self._cells.items():
                 if dr == drafter or drafter == "none":
-                    target = _reproject(self.prior, 1, w, self.correlation)
+                    prior = _reproject(self.prior, 1, w, self.correlation)
+                    target = (cell.hits + PRIOR_TRIALS * prior) / (cell.trials + PRIOR_TRIALS)
                     cell.value += self.relax * (target - cell.value)
+                    cell.hits *= 1.0 - self.relax
+                    cell.trials *= 1.0 - self.relax
             return
         if width < 1:
             raise ParameterError(f"a window of depth {depth} needs width >= 1, got {width}")
@@ -349,6 +359,8 @@ class WindowChooser:
             cell = self._cells.setdefault((drafter, width, d), _Cell(start[d]))
             cell.value += self.ema * (hit - cell.value)
             cell.count += 1
+            cell.hits += hit
+            cell.trials += 1.0
 
     def observe_event(self, event: Any) -> None:
         """Feed a WindowEvent (or its dict) back: the decoder's one-line hook."""

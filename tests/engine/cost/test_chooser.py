@@ -150,6 +150,23 @@ def test_plain_steps_relax_estimates_so_a_written_off_drafter_is_retried():
     assert steps > 5                                       # not immediately, but eventually
 
 
+def test_a_drafter_that_fails_for_long_is_retried_less_often():
+    """Plain steps relax toward the drafter's own fading record, not the bare prior: after 12
+    failures it comes back as before; after 60 it takes longer."""
+    def steps_to_retry(failures):
+        ch = chooser(H200, relax=0.05)
+        for w in (1, 2, 3, 4):
+            feed(ch, "lookup", 8, w, 0, True, failures)
+        steps = 0
+        while ch.choose("lookup").plain:
+            ch.observe("lookup", 0, 0, 0, False)
+            steps += 1
+            assert steps < 2000
+        return steps
+    few, many = steps_to_retry(12), steps_to_retry(60)
+    assert many > few + 10
+
+
 def test_measured_overhead_is_priced_in():
     ch = chooser(RX, prior=0.2)
     assert not ch.choose("d").plain                         # rows under the knee are free
@@ -184,7 +201,8 @@ def test_observe_event_reads_a_window_event():
     plain = {**ev.to_dict(), "tokens": [], "depths": [], "parents": [], "accepted_path": [],
              "emitted": [3], "emitted_kinds": [TARGET], "depth": 0}
     ch.observe_event(plain)                                  # a plain step: relaxes only
-    assert ch.acceptance("lookup", 1, 3) == pytest.approx(0.35 + 0.02 * 0.15)
+    # toward its record: 0 of 1 tried at depth 3, shrunk by 4 pseudo-trials at the prior 0.5
+    assert ch.acceptance("lookup", 1, 3) == pytest.approx(0.35 + 0.02 * ((0 + 4 * 0.5) / (1 + 4) - 0.35))
     full = {**ev.to_dict(), "accepted_path": [0, 1, 2, 3], "emitted_kinds": [FROM_DRAFT] * 4 + [BONUS]}
     ch.observe_event(full)
     assert ch.acceptance("lookup", 1, 4) > 0.35
