@@ -97,6 +97,33 @@ def _reproject(a: float, w_from: int, w_to: int, correlation: float) -> float:
     return 1.0 - (1.0 - p) ** _eff(w_to, correlation)
 
 
+class _RowLine:
+    """A window's time above the profile as a + b x rows, from exponentially weighted moments
+    of the measured windows. Why a slope: the profile times bare passes, while a sampled (or
+    penalized, or shown) window also fetches every row's logits and scores each on the host, a
+    cost that grows with rows (on the H200 it rivals the pass itself at 25 rows). b stays 0
+    until the rows measured spread over at least MIN_SPREAD (a slope from one size is a guess)."""
+
+    MIN_SPREAD = 2.0        # rows, standard deviation
+
+    def __init__(self) -> None:
+        self.w = self.r = self.g = self.rr = self.rg = 0.0
+        self.seen = 0
+
+    def add(self, rows: float, gap: float, ema: float) -> None:
+        k = 1.0 - ema
+        self.w, self.r, self.g = k * self.w + ema, k * self.r + ema * rows, k * self.g + ema * gap
+        self.rr, self.rg = k * self.rr + ema * rows * rows, k * self.rg + ema * rows * gap
+        self.seen += 1
+
+    def at(self, rows: float) -> float:
+        mr, mg = self.r / self.w, self.g / self.w
+        var = self.rr / self.w - mr * mr
+        b = (self.rg / self.w - mr * mg) / var if var >= self.MIN_SPREAD ** 2 else 0.0
+        b = max(0.0, b)
+        return mg + b * (rows - mr)
+
+
 @dataclass
 class _Cell:
     value: float
@@ -148,6 +175,7 @@ class WindowChooser:
         self._cells: dict[tuple[str, int, int], _Cell] = {}     # (drafter, width, depth)
         self._overhead: dict[str, float] = {}    # "plain" | "window" -> ms above the profile
         self._observed = 0                       # windows fed back so far
+        self._window_gap = _RowLine()            # windows' ms above the profile, by rows
         self._held: dict[tuple, tuple[int, Choice]] = {}   # "can never pay" until window n
 
     def register(self, drafter: str, rows_of: Callable[[int, int], int] | None = None,
@@ -200,7 +228,10 @@ class WindowChooser:
             # for windows as it is for plain steps, so scale by what plain steps showed (else a
             # pessimistic profile keeps every window out, and none is ever measured)
             return base * self._overhead["plain_ratio"]
-        extra = self._overhead.get("plain" if rows == 1 else "window", 0.0)
+        if rows == 1:
+            extra = self._overhead.get("plain", 0.0)
+        else:
+            extra = self._window_gap.at(rows) if self._window_gap.seen else 0.0
         # an overhead learned against a pessimistic profile may be negative; never price below 10%
         return max(0.1 * base, base + extra)
 
@@ -335,6 +366,8 @@ class WindowChooser:
             # the first measurement sets the overhead outright; later ones average in
             old = self._overhead.get(key)
             self._overhead[key] = gap if old is None else old + self.overhead_ema * (gap - old)
+            if rows > 1:
+                self._window_gap.add(rows, gap, self.overhead_ema)
             if rows == 1 and self.profile.ms(1) > 0:
                 self._overhead["plain_ratio"] = (self.profile.ms(1) + self._overhead[key]) / self.profile.ms(1)
         if depth == 0:
@@ -385,6 +418,7 @@ class WindowChooser:
         self._overhead.clear()
         self._draft_ratio.clear()
         self._held.clear()
+        self._window_gap = _RowLine()
 
     def snapshot(self, drafter: str) -> dict[int, list[float]]:
         """width -> [a_1 .. a_max_depth] as the chooser sees them now (for views and reports)."""

@@ -114,3 +114,18 @@ def test_measured_draft_time_corrects_the_predicted_one():
     assert ch.predicted_ms(4) == pytest.approx(12.0 + 9.0)
     # n-gram drafters pay no draft time
     assert ch.draft_ms("tree", 3, 1) == 0.0
+
+
+def test_window_overhead_learns_a_per_row_cost_once_rows_vary():
+    """Sampled windows fetch and score every row's logits on the host: the measured time above
+    the profile grows with rows, and the chooser prices that slope once it has seen sizes vary."""
+    prof = flat_profile()
+    ch = WindowChooser(prof, max_depth=8, max_width=1, overhead_ema=0.2)
+    for _ in range(3):                   # one size only: a constant overhead, no slope guessed
+        ch.observe("d", 3, 1, 1, True, measured_ms=12.0 + 1.0 + 0.1 * 4, rows=4)
+    assert ch.predicted_ms(30) == pytest.approx(12.0 + 1.4)
+    for i in range(60):                  # sizes 2..17, gap 1 + 0.1 x rows
+        rows = 2 + i % 16
+        ch.observe("d", rows - 1, 1, 0, True, measured_ms=12.0 + 1.0 + 0.1 * rows, rows=rows)
+    assert ch.predicted_ms(30) == pytest.approx(12.0 + 1.0 + 0.1 * 30, rel=0.02)
+    assert ch.predicted_ms(2) == pytest.approx(12.0 + 1.2, rel=0.02)
