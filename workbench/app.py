@@ -31,13 +31,15 @@ def display_available(env: dict | None = None) -> bool:
 
 def window_settings(args: argparse.Namespace):
     """The settings the window starts with: the window's draft options (--draft, --draft-model,
-    --exit-layer, --depth, --temperature), defaults for the rest."""
-    from engine.speculation.settings import DecodeSettings
-    d = DecodeSettings()
-    s = DecodeSettings(draft=getattr(args, "gui_draft", d.draft),
-                       draft_model=getattr(args, "gui_draft_model", None),
-                       exit_layer=getattr(args, "gui_exit_layer", d.exit_layer),
-                       depth=getattr(args, "gui_depth", d.depth))
+    --exit-layer, --depth, --temperature), the user's defaults for the rest (adaptive windows
+    priced on the card, with the AR floor: model drafts are priced too)."""
+    from dataclasses import replace
+
+    from engine.speculation.settings import USER_DEFAULTS as d
+    s = replace(d, draft=getattr(args, "gui_draft", d.draft),
+                draft_model=getattr(args, "gui_draft_model", None),
+                exit_layer=getattr(args, "gui_exit_layer", d.exit_layer),
+                depth=getattr(args, "gui_depth", d.depth))
     return s.with_sampling(temperature=getattr(args, "gui_temperature", 0.0))
 
 

@@ -9,6 +9,7 @@ drawn as a dashed node at the end of it.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
@@ -211,7 +212,8 @@ class TokenTreeView(QWidget):
             f"window {ev.index} · {ev.drafter} · {n} draft node{'s' if n != 1 else ''} "
             f"({len(ev.rows) or n + 1} row{'s' if (len(ev.rows) or n + 1) != 1 else ''}) · "
             f"accepted {acc}{tail} → {len(ev.emitted)} token"
-            f"{'s' if len(ev.emitted) != 1 else ''}")
+            f"{'s' if len(ev.emitted) != 1 else ''}" + plain_why(ev))
+        self.summary.setToolTip(ev.reason or "")
 
     # ---- layout -----------------------------------------------------------------------------
     def _build(self, ev: WindowEvent) -> None:
@@ -355,3 +357,14 @@ class TokenTreeView(QWidget):
             if row.penalty is not None and row.penalty.flipped:
                 lines.append(f"<span style='color:{theme.AMBER}'>⚑ penalties flipped this verdict</span>")
         return "<br>".join(lines)
+
+
+def plain_why(ev: WindowEvent) -> str:
+    """For a window that drafted nothing, why, in a few words (the reason without its figures in
+    brackets): ' · plain: no early-exit window can pay on this device'."""
+    if ev.tokens or not ev.reason:
+        return ""
+    why = re.sub(r"\s*\([^)]*\)", "", ev.reason).split(", even")[0].strip()
+    if why.startswith("plain decode: "):
+        why = "plain: " + why[len("plain decode: "):]
+    return f" · {why}"
