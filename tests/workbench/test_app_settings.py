@@ -14,3 +14,17 @@ def test_the_window_opens_with_the_users_defaults_and_its_draft_options():
         ["--draft", "early-exit", "--exit-layer", "24", "--depth", "4", "--temperature", "0.7"]))
     assert (s.draft, s.exit_layer, s.depth, s.sampling.temperature) == ("early-exit", 24, 4, 0.7)
     assert s.adaptive and s.ar_floor          # model drafts are priced like the n-gram ones
+
+
+def test_a_plain_window_says_why_in_a_few_words():
+    from types import SimpleNamespace
+
+    from workbench.views.tree import plain_why
+    ev = SimpleNamespace(tokens=(), reason=(
+        "plain decode: no early-exit window can pay on this device, even with every draft "
+        "accepted (at best 5 tok in 11.20 ms, depth 4 x width 1; plain 2.10 ms a token)"))
+    assert plain_why(ev) == " · plain: no early-exit window can pay on this device"
+    ev.reason = ("plain decode: best window depth 1 x width 1 (1.50 tok in 3.1 ms = 0.48 tok/ms) "
+                 "does not beat plain 0.5 tok/ms")
+    assert plain_why(ev) == " · plain: best window depth 1 x width 1 does not beat plain 0.5 tok/ms"
+    assert plain_why(SimpleNamespace(tokens=(5,), reason="depth 1 x width 1 ...")) == ""
