@@ -164,8 +164,8 @@ class Decoder:
                 self.chooser = self._build_chooser(s)
             self.chooser.max_depth = max(s.depth, NGRAM_DEPTH) if self.ngram_drafter else s.depth
             self.chooser.max_width = s.width
-        else:
-            self.chooser = None if s.draft in MODEL_DRAFTERS else self.chooser
+        # adaptive off: the chooser (and what it learned) stays for a later switch back on,
+        # but prices nothing (_plan reads it only while adaptive is on)
         if s.ar_floor and s.draft != "none":
             if self.floor is None:
                 self.floor = ArFloor()
@@ -314,9 +314,10 @@ class Decoder:
                           is None else "plain decode: the last token of the request")
         if self.floor is not None and self.floor.want_plain_step():
             return Choice(0, 0, 1, float("nan"), 1.0, f"AR floor: {self.floor.reason}")
-        if self.ngram_drafter is not None and self.chooser is not None:    # priced takeover
+        chooser = self.chooser if s.adaptive else None
+        if self.ngram_drafter is not None and chooser is not None:    # priced takeover
             ngram_depth = max(0, min(max(depth, NGRAM_DEPTH), remaining - 1))
-            self._kind, c, why = priced_takeover(self.chooser, bool(self.index.lookup()[1]),
+            self._kind, c, why = priced_takeover(chooser, bool(self.index.lookup()[1]),
                                                  s.draft, ngram_depth, depth, s.width)
             return Choice(c.depth, c.width, c.rows, c.predicted_ms, c.expected_tokens, why)
         if self.takeover is not None:
@@ -327,8 +328,8 @@ class Decoder:
             if self._kind == PLAIN:
                 return Choice(0, 0, 1, float("nan"), 1.0, why)
             return Choice(depth, 1, 1 + depth, float("nan"), float("nan"), why)   # a chain
-        if s.draft in MODEL_DRAFTERS and self.chooser is not None:
-            return self.chooser.choose(s.draft, available_depth=depth, available_width=s.width)
+        if s.draft in MODEL_DRAFTERS and chooser is not None:
+            return chooser.choose(s.draft, available_depth=depth, available_width=s.width)
         if s.draft in MODEL_DRAFTERS:
             who = f"the first {s.exit_layer} layers" if s.draft == "early-exit" else "the draft model"
             if s.width > 1:
@@ -336,10 +337,10 @@ class Decoder:
                               float("nan"), f"{who} draft a tree of depth {depth}, width {s.width}")
             return Choice(depth, 1, 1 + depth, float("nan"), float("nan"),
                           f"{who} draft a chain of {depth}")
-        if self.chooser is not None:
+        if chooser is not None:
             if not self.index.lookup()[1]:
-                return self.chooser.choose(s.draft, available_depth=0)
-            return self.chooser.choose(s.draft, available_depth=depth, available_width=width)
+                return chooser.choose(s.draft, available_depth=0)
+            return chooser.choose(s.draft, available_depth=depth, available_width=width)
         rows = tree_rows(depth, width) if s.draft == "tree" else 1 + depth
         return Choice(depth, width, rows, float("nan"), float("nan"), "fixed depth and width")
 

@@ -25,12 +25,16 @@ def test_switching_to_adaptive_mid_run_keeps_greedy_output(cpu_runtime, tmp_path
         chosen.append((ev.depth, ev.width, ev.reason))
         if i == 1:
             controls.put(dataclasses.replace(s, adaptive=True, depth=6, width=2))
+        if i == 6:                                   # and off again: fixed windows from here
+            controls.put(dataclasses.replace(s, adaptive=False, depth=4, width=2))
     assert dec.report()["tokens"] == ref["tokens"]
     assert dec.report()["profile"] is not None
     # windows after the switch were priced by the chooser within the new limits
-    later = chosen[3:]
+    later = chosen[3:7]
     assert later and all(d <= 6 and w <= 2 for d, w, _ in later)
     assert all(r.startswith(("depth", "plain")) for _, _, r in later)
+    after = chosen[8:-1]                             # (the last window may be cut short)
+    assert after and all(r == "fixed depth and width" for _, _, r in after), after
 
 
 def test_near_ties_use_the_runtimes_margin(cpu_runtime, code_edit_prompts):
