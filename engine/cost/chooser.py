@@ -173,7 +173,7 @@ class WindowChooser:
         self._draft_by: dict[str, Callable[[int, int], float]] = {}   # model drafters' draft ms
         self._draft_ratio: dict[str, float] = {}                      # measured / predicted
         self._cells: dict[tuple[str, int, int], _Cell] = {}     # (drafter, width, depth)
-        self._overhead: dict[str, float] = {}    # "plain" | "window" -> ms above the profile
+        self._overhead: dict[str, float] = {}    # "plain": a plain step's ms above the profile
         self._observed = 0                       # windows fed back so far
         self._window_gap = _RowLine()            # windows' ms above the profile, by rows
         self._held: dict[tuple, tuple[int, Choice]] = {}   # "can never pay" until window n
@@ -223,7 +223,7 @@ class WindowChooser:
 
     def predicted_ms(self, rows: int) -> float:
         base = self.profile.ms(rows)
-        if rows > 1 and "window" not in self._overhead and "plain_ratio" in self._overhead:
+        if rows > 1 and not self._window_gap.seen and "plain_ratio" in self._overhead:
             # no window measured yet: a profile measured on a busier (or quieter) machine is off
             # for windows as it is for plain steps, so scale by what plain steps showed (else a
             # pessimistic profile keeps every window out, and none is ever measured)
@@ -361,15 +361,15 @@ class WindowChooser:
                 r = draft_ms / predicted
                 self._draft_ratio[drafter] = r if old_r is None else old_r + self.overhead_ema * (r - old_r)
         if measured_ms is not None and math.isfinite(measured_ms) and measured_ms > 0:
-            key = "plain" if rows == 1 else "window"
             gap = measured_ms - (draft_ms if drafted else 0.0) - self.profile.ms(rows)
-            # the first measurement sets the overhead outright; later ones average in
-            old = self._overhead.get(key)
-            self._overhead[key] = gap if old is None else old + self.overhead_ema * (gap - old)
             if rows > 1:
                 self._window_gap.add(rows, gap, self.overhead_ema)
-            if rows == 1 and self.profile.ms(1) > 0:
-                self._overhead["plain_ratio"] = (self.profile.ms(1) + self._overhead[key]) / self.profile.ms(1)
+            else:
+                # the first measurement sets the overhead outright; later ones average in
+                old = self._overhead.get("plain")
+                self._overhead["plain"] = gap if old is None else old + self.overhead_ema * (gap - old)
+                if self.profile.ms(1) > 0:
+                    self._overhead["plain_ratio"] = (self.profile.ms(1) + self._overhead["plain"]) / self.profile.ms(1)
         if depth == 0:
             # a plain step relaxes its drafter's estimates; under a takeover a plain step
             # (drafter "none") relaxes every drafter's, so one written off is re-tried later

@@ -95,8 +95,9 @@ def priced_takeover(chooser: Any, has_match: bool, model: str, ngram_depth: int,
                     model_depth: int, width: int) -> tuple[str, Any, str]:
     """The takeover on the cost model (--adaptive): each drafter's best window priced by the
     chooser (engine.cost.chooser: learned acceptance per depth, the profile's verify cost, the
-    model's measured draft cost), against a plain step. No forced tries: a drafter is tried
-    when its priced window beats the others, and its price is learned from there.
+    model's measured draft cost), against a plain step. No round of forced tries: a drafter is
+    tried when its priced window beats the others, or once (the chooser's first try) when a
+    window of it accepted in full could beat plain decoding; its price is learned from there.
 
     Returns (NGRAM | MODEL | PLAIN, the chooser's Choice for it, the reason in words)."""
     ngram = chooser.choose("tree", available_depth=ngram_depth if has_match else 0,
@@ -121,6 +122,4 @@ def priced_takeover(chooser: Any, has_match: bool, model: str, ngram_depth: int,
     why = (f"takeover: {names[kind]}, {reason} (n-gram tree "
            f"{price(ngram) if has_match else 'no match'}; {model} {price(drafted)}; "
            f"plain {chooser.predicted_ms(1):.2f} ms)")
-    if choice is None:
-        choice = ngram if ngram.plain else drafted
-    return kind, choice, why
+    return kind, ngram if choice is None else choice, why    # plain: both choices are plain
