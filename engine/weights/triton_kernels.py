@@ -119,6 +119,7 @@ def _wave_eff(programs: int, sms: int) -> float:
 @functools.lru_cache(maxsize=None)
 def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     sb = 2 if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
+    sb = dict(override).get("SB", sb) if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
     n_tiles = triton.cdiv(k, 256 * sb)
     if triton.cdiv(n, 128) >= sms // 2 and qtype not in ("Q5_K", "Q6_K"):
         # Q4_K: two stages and half-width dots keep ~126 registers and ~70 KB of shared
