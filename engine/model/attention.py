@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 
 BLOCK = 64          # logical positions per block (block boundaries at multiples of this)
 
@@ -163,3 +164,28 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: _Plan) -> t
         o = o.cumsum(dim=2)[:, :, -1]                                             # [Hkv, R, G, D]
         l = p.sum(dim=-1).cumsum(dim=-1)[..., -1:]                                # [Hkv, R, G, 1]
     return (o / l).transpose(0, 1).reshape(R, Hq, D)
+
+
+def gqa_bias(mask: torch.Tensor, G: int, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask of `sdpa_gqa` from mask [R, S] bool (True = attend): [1, 1, G*R, S].
+
+    Grouped-query attention without copying keys: the G query heads that share a kv head become
+    G*R rows of one attention "head" (head h uses kv head h // G), so the mask repeats G times
+    along the rows. One additive mask serves every layer."""
+    R, S = mask.shape
+    bias = torch.zeros(G * R, S, dtype=dtype, device=mask.device)
+    bias.masked_fill_(~mask.repeat(G, 1), float("-inf"))
+    return bias.view(1, 1, G * R, S)
+
+
+def sdpa_gqa(q: torch.Tensor, cache, layer: int, bias: torch.Tensor) -> torch.Tensor:
+    """SDPA of q [R, Hq, D] over layer `layer` of the cache's first S slots (bias from
+    `gqa_bias`): [R, Hq * D]. Not layout-invariant (prefill, and devices without it)."""
+    R, Hq, D = q.shape
+    S = bias.shape[-1]
+    kc, vc = cache.keys_values(layer, S)                      # [1, Hkv, S, D]
+    Hkv = kc.shape[1]
+    # [R, Hq, D] -> [1, Hkv, G*R, D]: row g*R + r of kv head j is query head j*G + g
+    qg = q.transpose(0, 1).reshape(1, Hkv, (Hq // Hkv) * R, D)
+    a = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=bias)   # [1, Hkv, G*R, D]
+    return a.reshape(Hq, R, D).transpose(0, 1).reshape(R, Hq * D)

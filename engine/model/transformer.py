@@ -13,12 +13,13 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from engine.model.attention import WindowLayout, bind_layout_attention
+from engine.model.attention import WindowLayout, bind_layout_attention, gqa_bias, sdpa_gqa
 from engine.model.cache import KVCache
 from engine.model.linear import CPU_KERNELS, Linear, cpu_fast_available
 from engine.model.source import TensorSource
 from engine.weights import CPU_FAST_TYPES, PackedWeight, dequantize_packed
 from engine.model.config import ModelConfig
+from engine.model.fused_layer import fused_forward_for
 from engine.model.rope import rope_tables
 
 
@@ -106,6 +107,9 @@ class Transformer:
         # with a mask: exact to ~1e-6, which float32 rarely turns into another token.
         self.verify_attention = _verify_attention(self.device, self.cpu_fast)
         self.cos, self.sin = rope_tables(cfg, self.device, dtype, length=2048)   # [C, D] each, scaled
+        # a packed model on a GPU runs the fused layer (engine.model.fused_layer): ~9 launches
+        # a layer instead of ~25, the same contract, rows still bit-identical across passes
+        self.fused = fused_forward_for(self)
 
     @property
     def cpu_fast(self) -> bool:
@@ -186,6 +190,11 @@ class Transformer:
         small model is almost all launches, so the layer is written to launch few: fused RMSNorm,
         one RoPE over q and k together, residual adds folded into addmm, no key copies for GQA.
         """
+        if self.fused is not None:
+            return self.fused.forward(tokens, positions, mask, cache, slots, last_only, layout,
+                                      exit_layer)
+        if getattr(self.layers[0]["gate_up"], "swiglu_block", None):
+            raise RuntimeError("this model's gate|up rows are interleaved for the fused forward")
         cfg = self.cfg
         R = tokens.shape[0]
         Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -200,13 +209,7 @@ class Transformer:
                   else None)
         inv = attend is not None     # the linear layers too: row-invariant kernels (linear.py)
         if attend is None:
-            # Grouped-query attention without copying keys: the G query heads that share a kv
-            # head become G*R rows of one attention "head" (head h uses kv head h // G), so the
-            # mask repeats G times along the rows. One additive mask serves every layer.
-            S = mask.shape[1]
-            bias = torch.zeros(G * R, S, dtype=x.dtype, device=x.device)
-            bias.masked_fill_(~mask.repeat(G, 1), float("-inf"))
-            bias = bias.view(1, 1, G * R, S)
+            bias = gqa_bias(mask, G, x.dtype)
         for i, L in enumerate(self.layers[:exit_layer]):
             h = self._rms(x, L["attn_norm"])
             qkv = L["qkv"](h, invariant=inv)                               # [R, (Hq+2Hkv)D]
@@ -222,11 +225,7 @@ class Transformer:
                 kc, vc = cache.kv[i, 0], cache.kv[i, 1]           # [Hkv, C, D]
                 a = attend(qk[:, :Hq], kc, vc).to(x.dtype).reshape(R, Hq * D)
             else:
-                kc, vc = cache.keys_values(i, S)                  # [1, Hkv, S, D]
-                # [R, Hq, D] -> [1, Hkv, G*R, D]: row g*R + r of kv head j is query head j*G + g
-                qg = qk[:, :Hq].transpose(0, 1).reshape(1, Hkv, G * R, D)
-                a = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=bias)  # [1, Hkv, G*R, D]
-                a = a.reshape(Hq, R, D).transpose(0, 1).reshape(R, Hq * D)
+                a = sdpa_gqa(qk[:, :Hq], cache, i, bias)
             x = L["o"](a, residual=x, invariant=inv)                       # x + a @ o^T
             h = self._rms(x, L["mlp_norm"])
             gate, up = L["gate_up"](h, invariant=inv).chunk(2, dim=-1)

@@ -75,7 +75,8 @@ import triton
 from .triton_int8 import _i8_matmul
 from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel
 
-__all__ = ["packed_matmul", "kernel_config", "SUPPORTED_QTYPES", "MAX_ROWS"]
+__all__ = ["packed_matmul", "packed_partials", "packed_swiglu", "swiglu_block", "kernel_config",
+           "SUPPORTED_QTYPES", "MAX_ROWS"]
 
 BK = 256               # K values per tile (one K-quant superblock, eight 32-blocks)
 
@@ -119,15 +120,26 @@ def _wave_eff(programs: int, sms: int) -> float:
 @functools.lru_cache(maxsize=None)
 def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     sb = 2 if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
-    sb = dict(override).get("SB", sb) if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
-    n_tiles = triton.cdiv(k, 256 * sb)
-    if triton.cdiv(n, 128) >= sms // 2 and qtype not in ("Q5_K", "Q6_K"):
-        # Q4_K: two stages and half-width dots keep ~126 registers and ~70 KB of shared
-        # memory per 256-thread program, so two programs share an SM
-        cfg = {"BN": 128, "num_warps": 8, "num_stages": 2 if qtype == "Q4_K" else 3}
+    if qtype == "Q4_K":
+        # measured best at 1 and 16 rows on every Q4_K shape of an 8B-like model on the H200
+        # (bench/sweep_matmul_configs.py, BENCHMARKS.md): 25-30% faster than the 128-row
+        # blocks; whole superblocks per dot (JS 8), one superblock a tile (SB 1)
+        cfg = {"BN": 64, "num_warps": 4, "num_stages": 3, "JS": 8, "SB": 1}
+    elif qtype == "Q6_K":
+        # same sweep: wide blocks for the split (few-block) shapes, 64-row blocks with two
+        # stages for the LM head
+        cfg = ({"BN": 128, "num_warps": 8, "num_stages": 2} if triton.cdiv(n, 128) < sms
+               else {"BN": 64, "num_warps": 4, "num_stages": 2})
+    elif triton.cdiv(n, 128) >= sms // 2 and qtype != "Q5_K":
+        # two stages and half-width dots keep ~126 registers and ~70 KB of shared memory per
+        # 256-thread program, so two programs share an SM
+        cfg = {"BN": 128, "num_warps": 8, "num_stages": 3}
     else:
         cfg = {"BN": 64, "num_warps": 4, "num_stages": 3}
     cfg.update(dict(override))
+    if qtype in _KQUANTS and (k // 256) % 2 == 0:
+        sb = cfg.get("SB", sb)
+    n_tiles = triton.cdiv(k, 256 * sb)
     if cfg.get("I8", 0) and qtype in _I8_TYPES:
         n_blocks = triton.cdiv(n, cfg.get("I8_BN", 64))
     else:
@@ -179,11 +191,17 @@ def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
     return dict(_config(qtype, n, k, sms, tuple(sorted(override.items()))))
 
 
-def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
-    """``x @ dequant(w).T`` for ``x`` [..., K] (bf16/fp16/fp32, on the GPU, or on the CPU under
-    ``TRITON_INTERPRET=1``) and a packed weight ``w`` (``.qtype``, ``.shape`` (N, K),
-    ``.planes``). Returns [..., N] in ``x.dtype``. ``override``: see ``kernel_config``."""
-    qtype = getattr(w.qtype, "name", str(w.qtype)).upper().split(".")[-1]
+def _qtype(w) -> str:
+    return getattr(w.qtype, "name", str(w.qtype)).upper().split(".")[-1]
+
+
+def _sms(x: torch.Tensor) -> int:
+    return _sm_count(x.device.index or 0) if x.device.type == "cuda" else 16
+
+
+def _operands(x: torch.Tensor, w, override: dict) -> tuple:
+    """Checked (qtype, n, k, x2 [M, K] contiguous rows, the kernel's six plane arguments, cfg)."""
+    qtype = _qtype(w)
     if qtype not in _CODES:
         raise NotImplementedError(f"packed_matmul: no Triton kernel for {qtype}")
     n, k = (int(s) for s in w.shape)
@@ -193,20 +211,9 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
         raise TypeError(f"packed_matmul: unsupported activation dtype {x.dtype}")
     if k % _SUPERBLOCK[qtype]:
         raise ValueError(f"packed_matmul: {qtype} needs K to be a multiple of {_SUPERBLOCK[qtype]}")
-    lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
-    m_all = x2.shape[0]
-    out = torch.empty((m_all, n), dtype=x.dtype, device=x.device)
-    if m_all == 0:
-        return out.reshape(*lead, n)
-    if x.dtype != torch.float32 and qtype in _I8_TYPES:
-        sms = _sm_count(x.device.index or 0) if x.device.type == "cuda" else 16
-        cfg = kernel_config(qtype, n, k, sms, **override)
-        if cfg["I8"] and k % 256 == 0:
-            _i8_matmul(x2, w, qtype, n, k, cfg, out)
-            return out.reshape(*lead, n)
     planes = [w.planes[name] for name in _PLANES[qtype]]
     for p in planes:
         if not p.is_contiguous():
@@ -216,35 +223,106 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
         planes[0] = planes[0].view(torch.uint8)
     if qtype == "Q6_K":
         planes[2] = planes[2].view(torch.int8)
-    sms = _sm_count(x.device.index or 0) if x.device.type == "cuda" else 16
-    cfg = kernel_config(qtype, n, k, sms, **override)
+    return qtype, n, k, x2, planes, kernel_config(qtype, n, k, _sms(x), **override)
+
+
+_FEWER_STAGES: dict[tuple, int] = {}     # (qtype, n, k, row slices, dtype) -> stages that fit
+
+
+def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bool = False) -> None:
+    """The dequantizing kernel over x2's rows, 64 at a time: dst rows follow x2's (stride som;
+    split partials at stride sop)."""
+    grid = (triton.cdiv(n, cfg["BN"]), cfg["splits"])
+    for r0 in range(0, x2.shape[0], MAX_ROWS):
+        xc = x2[r0:r0 + MAX_ROWS]
+        m = xc.shape[0]
+        nmb = triton.cdiv(m, 16)
+        key = (qtype, n, k, nmb, x2.dtype)
+        stages = cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"]
+        while True:
+            try:
+                _packed_mm_kernel[grid](
+                    xc, dst[r0 * som:], *planes, m, n, k, xc.stride(0), som, sop,
+                    k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (specialized)
+                    TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=nmb,
+                    SPLIT=split, EVEN_K=k % 256 == 0, IEEE=x2.dtype == torch.float32,
+                    SB=cfg["SB"], JS=cfg["JS"], SWIGLU=swiglu, num_warps=cfg["num_warps"],
+                    num_stages=_FEWER_STAGES.get(key, stages))
+                break
+            except triton.runtime.errors.OutOfResources:
+                # a wide variant that does not fit the card's shared memory: one pipeline
+                # stage fewer (when loads are issued changes, no arithmetic: rows stay exact)
+                now = _FEWER_STAGES.get(key, stages)
+                if now <= 1:
+                    raise
+                _FEWER_STAGES[key] = now - 1
+
+
+def packed_partials(x: torch.Tensor, w, **override) -> torch.Tensor:
+    """The split-K partial sums of ``x @ dequant(w).T``: float32 [S, M, N] (S = the shape's
+    split count, 1 when unsplit), to be added in the order s = 0..S-1 by whatever reads them
+    (engine.model.triton_fused: the sum fused with the next step). x: [M, K]."""
+    qtype, n, k, x2, planes, cfg = _operands(x, w, override)
+    m = x2.shape[0]
+    ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
+    if m:
+        _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True)
+    return ws
+
+
+def swiglu_block(w, device: torch.device) -> int:
+    """The interleave block HB of a gate|up weight for ``packed_swiglu`` on ``device``: half the
+    kernel's row block for the shape (a function of the shape and the device only)."""
+    n, k = (int(s) for s in w.shape)
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 16
+    return kernel_config(_qtype(w), n, k, sms)["BN"] // 2
+
+
+def packed_swiglu(x: torch.Tensor, w) -> torch.Tensor:
+    """silu(gate) * up for a gate|up weight interleaved in blocks of ``swiglu_block(w)`` rows
+    (gate rows bHB.. then up rows bHB.., block after block). x: [M, K] -> [M, N/2] in x.dtype:
+    in the matmul's epilogue when the shape is not split, else partials and one reduction."""
+    from engine.model.triton_fused import _reduce_swiglu_kernel
+    qtype, n, k, x2, planes, cfg = _operands(x, w, {})
+    m = x2.shape[0]
+    out = torch.empty((m, n // 2), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    if cfg["splits"] == 1:
+        _launch(x2.contiguous(), planes, qtype, n, k, cfg, out.view(-1), n // 2, 0, False, swiglu=True)
+        return out
+    ws = packed_partials(x2, w)
+    blk = 1024
+    _reduce_swiglu_kernel[(m, triton.cdiv(n // 2, blk))](
+        ws, out, n // 2, ws.stride(0), ws.stride(1), out.stride(0), HB=cfg["BN"] // 2,
+        S=cfg["splits"], BLOCK=blk, num_warps=4)
+    return out
+
+
+def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
+    """``x @ dequant(w).T`` for ``x`` [..., K] (bf16/fp16/fp32, on the GPU, or on the CPU under
+    ``TRITON_INTERPRET=1``) and a packed weight ``w`` (``.qtype``, ``.shape`` (N, K),
+    ``.planes``). Returns [..., N] in ``x.dtype``. ``override``: see ``kernel_config``."""
+    qtype, n, k, x2, planes, cfg = _operands(x, w, override)
+    lead = x.shape[:-1]
+    m_all = x2.shape[0]
+    out = torch.empty((m_all, n), dtype=x.dtype, device=x.device)
+    if m_all == 0:
+        return out.reshape(*lead, n)
+    if x.dtype != torch.float32 and qtype in _I8_TYPES and cfg["I8"] and k % 256 == 0:
+        _i8_matmul(x2, w, qtype, n, k, cfg, out)
+        return out.reshape(*lead, n)
     splits = cfg["splits"]
-    even_k = k % 256 == 0
-    ieee = x.dtype == torch.float32
-    grid = (triton.cdiv(n, cfg["BN"]), splits)
+    if splits == 1:
+        _launch(x2, planes, qtype, n, k, cfg, out.view(-1), n, 0, False)
+        return out.reshape(*lead, n)
     for r0 in range(0, m_all, MAX_ROWS):
-        r1 = min(m_all, r0 + MAX_ROWS)
-        m = r1 - r0
-        xc = x2[r0:r1]
-        oc = out[r0:r1]
-        if splits > 1:
-            ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
-            dst, sop = ws, ws.stride(0)
-        else:
-            dst, sop = oc, 0
-        _packed_mm_kernel[grid](
-            xc, dst, *planes, m, n, k, xc.stride(0), dst.stride(-2), sop,
-            k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (JIT-specialized)
-            TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=triton.cdiv(m, 16),
-            SPLIT=splits > 1, EVEN_K=even_k, IEEE=ieee, SB=cfg["SB"], JS=cfg["JS"],
-            num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"],
-        )
-        if splits > 1:
-            mn = m * n
-            blk = 1024
-            _sum_splits_kernel[(triton.cdiv(mn, blk),)](
-                ws, oc, mn, ws.stride(0), S=splits, BLOCK=blk, num_warps=4)
+        xc = x2[r0:r0 + MAX_ROWS]
+        m = xc.shape[0]
+        ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+        _launch(xc, planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True)
+        mn = m * n
+        blk = 1024
+        _sum_splits_kernel[(triton.cdiv(mn, blk),)](
+            ws, out[r0:r0 + m], mn, ws.stride(0), S=splits, BLOCK=blk, num_warps=4)
     return out.reshape(*lead, n)
-
-

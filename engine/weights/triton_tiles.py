@@ -232,15 +232,34 @@ def _store(acc, o_ptr, row0, rn, M, N, som, sop, pid_s, SPLIT: tl.constexpr):
         tl.store(p, acc.to(o_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _store_swiglu(acc, o_ptr, row0, pid_n, M, som):
+    """The SwiGLU epilogue of a gate|up weight whose rows are interleaved in blocks of BN/2
+    (this program's rows: BN/2 gate rows, then the BN/2 up rows of the same outputs):
+    o[m, pid_n*BN/2 + i] = round(silu(round(g)) * round(u)), as the unfused layer rounds."""
+    BN: tl.constexpr = acc.shape[0]
+    HB: tl.constexpr = BN // 2
+    g, u = tl.split(tl.permute(tl.reshape(acc, [2, HB, 16]), (1, 2, 0)))     # [HB, 16] each
+    dt = o_ptr.dtype.element_ty
+    g = g.to(dt).to(tl.float32)
+    u = u.to(dt).to(tl.float32)
+    rm = row0 + tl.arange(0, 16)
+    ro = pid_n * HB + tl.arange(0, HB)
+    tl.store(o_ptr + rm[None, :] * som + ro[:, None], (g * tl.sigmoid(g) * u).to(dt),
+             mask=rm[None, :] < M)
+
+
 @triton.jit(do_not_specialize=["M"])   # one compiled kernel per row-slice count, whatever M
 def _packed_mm_kernel(
     x_ptr, o_ptr, p0, p1, p2, p3, p4, p5,
     M, N, K, sxm, som, sop, K4, K8, K16, K32, K256,
     TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
     EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
+    SWIGLU: tl.constexpr = False,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
-    (SB superblocks for K-quants; SB = 1 for the 32-block types)."""
+    (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
+    output is silu(gate) * up of an interleaved gate|up weight (``_store_swiglu``)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
@@ -282,13 +301,22 @@ def _packed_mm_kernel(
                 acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, d1,
                                                  rn, kb + 256, M, K, sxm, K8, K16, NMB, IEEE)
 
-    _store(acc0, o_ptr, 0, rn_out, M, N, som, sop, pid_s, SPLIT)
-    if NMB > 1:
-        _store(acc1, o_ptr, 16, rn_out, M, N, som, sop, pid_s, SPLIT)
-    if NMB > 2:
-        _store(acc2, o_ptr, 32, rn_out, M, N, som, sop, pid_s, SPLIT)
-    if NMB > 3:
-        _store(acc3, o_ptr, 48, rn_out, M, N, som, sop, pid_s, SPLIT)
+    if SWIGLU:
+        _store_swiglu(acc0, o_ptr, 0, pid_n, M, som)
+        if NMB > 1:
+            _store_swiglu(acc1, o_ptr, 16, pid_n, M, som)
+        if NMB > 2:
+            _store_swiglu(acc2, o_ptr, 32, pid_n, M, som)
+        if NMB > 3:
+            _store_swiglu(acc3, o_ptr, 48, pid_n, M, som)
+    else:
+        _store(acc0, o_ptr, 0, rn_out, M, N, som, sop, pid_s, SPLIT)
+        if NMB > 1:
+            _store(acc1, o_ptr, 16, rn_out, M, N, som, sop, pid_s, SPLIT)
+        if NMB > 2:
+            _store(acc2, o_ptr, 32, rn_out, M, N, som, sop, pid_s, SPLIT)
+        if NMB > 3:
+            _store(acc3, o_ptr, 48, rn_out, M, N, som, sop, pid_s, SPLIT)
 
 
 @triton.jit

@@ -1,0 +1,142 @@
+"""The small kernels of a packed GPU layer, fused (Triton; CUDA and ROCm alike).
+
+A packed layer of the plain forward launched ~25 kernels at one row (norms, the split-K sums of
+each matmul, residual adds, q/k norms, six for RoPE, two cache writes, SiLU, a product): on the
+H200 those launches cost more than streaming the 4-bit weights. Here (engine.model.fused_layer
+puts them together) a layer is:
+
+    qkv matmul(s) -> float32 partial sums [S, R, N]      (engine.weights.triton_kernels)
+    _qkv_rope_kernel    sums the partials, adds the bias, q/k RMSNorm (Qwen3), RoPE, writes q
+                        and the cache's k and v slots: one launch for every head
+    attention           (engine.model.triton_attention: split + combine)
+    o matmul -> partials
+    _residual_norm_kernel   x = x + sum(partials); h = RMSNorm(x) * w: one launch
+    gate|up matmul with the SwiGLU epilogue (or partials + _reduce_swiglu_kernel when split)
+    down matmul -> partials
+    _residual_norm_kernel   with the next layer's (or the final) norm weight
+
+Row invariance: every kernel here gives a row's result from that row's inputs alone, with a
+reduction order fixed by the shapes of the weights (hidden size, head size, split count), never
+by the row count: one program per row (or per row and head), the partial sums added in the
+order s = 0, 1, ... So a verify row stays bit-identical to the one-row pass.
+
+Rounding follows the plain forward's: a matmul's output is rounded to the activations' dtype
+before it is used (as a standalone matmul would return it), the residual sum is rounded, then
+the norm is computed in float32 and rounded once.
+
+Imported lazily (engine.model.fused_layer, only on a GPU with Triton): Triton is optional.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _sum_parts(ws_ptr, row_off, cols, mask, sws, S: tl.constexpr):
+    """sum_{s < S} ws[s, row, cols] in the order s = 0, 1, ... (float32)."""
+    acc = tl.load(ws_ptr + row_off + cols, mask=mask, other=0.0)
+    for s in tl.static_range(1, S):
+        acc += tl.load(ws_ptr + s * sws + row_off + cols, mask=mask, other=0.0)
+    return acc
+
+
+@triton.jit
+def _residual_norm_kernel(ws_ptr, x_ptr, h_ptr, w_ptr, N, sws, swr, sxr, shr, eps,
+                          S: tl.constexpr, BLOCK: tl.constexpr):
+    """Row r: x[r] = round(x[r] + round(sum_s ws[s, r])) (S = 0: x[r] as it is), then
+    h[r] = round(x[r] * rsqrt(mean(x[r]^2) + eps) * w). x is updated in place."""
+    r = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    m = c < N
+    dt = x_ptr.dtype.element_ty
+    x = tl.load(x_ptr + r * sxr + c, mask=m, other=0.0)
+    if S > 0:
+        y = _sum_parts(ws_ptr, r * swr, c, m, sws, S).to(dt)
+        x = (x.to(tl.float32) + y.to(tl.float32)).to(dt)
+        tl.store(x_ptr + r * sxr + c, x, mask=m)
+    xf = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / N + eps)
+    w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
+    tl.store(h_ptr + r * shr + c, (xf * rstd * w).to(h_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _reduce_swiglu_kernel(ws_ptr, o_ptr, NH, sws, swr, sor, HB: tl.constexpr,
+                          S: tl.constexpr, BLOCK: tl.constexpr):
+    """Row r, outputs i in this program's block: gate and up are the partial sums of a gate|up
+    weight whose rows are interleaved in blocks of HB (block b: gate rows bHB.., then up rows
+    bHB..); o[r, i] = round(silu(round(g)) * round(u))."""
+    r = tl.program_id(0)
+    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = i < NH
+    col_g = (i // HB) * (2 * HB) + i % HB
+    dt = o_ptr.dtype.element_ty
+    g = _sum_parts(ws_ptr, r * swr, col_g, m, sws, S).to(dt).to(tl.float32)
+    u = _sum_parts(ws_ptr, r * swr, col_g + HB, m, sws, S).to(dt).to(tl.float32)
+    tl.store(o_ptr + r * sor + i, (g * tl.sigmoid(g) * u).to(dt), mask=m)
+
+
+@triton.jit
+def _head_values(wa_ptr, wb_ptr, bias_ptr, r, col, c, NA, swa_s, swa_r, swb_s, swb_r,
+                 SA: tl.constexpr, SB: tl.constexpr, HAS_BIAS: tl.constexpr, dt: tl.constexpr):
+    """The q|k|v output columns col + c of row r, from the partials of part A (columns < NA)
+    or part B (the rest), rounded to dt, plus the bias (rounded again), as float32."""
+    if col < NA:
+        y = _sum_parts(wa_ptr, r * swa_r + col, c, c >= 0, swa_s, SA)
+    else:
+        y = _sum_parts(wb_ptr, r * swb_r + col - NA, c, c >= 0, swb_s, SB)
+    y = y.to(dt)
+    if HAS_BIAS:
+        y = (y.to(tl.float32) + tl.load(bias_ptr + col + c).to(tl.float32)).to(dt)
+    return y.to(tl.float32)
+
+
+@triton.jit
+def _qkv_rope_kernel(wa_ptr, wb_ptr, bias_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, pos_ptr,
+                     slot_ptr, q_ptr, k_ptr, v_ptr, NA, swa_s, swa_r, swb_s, swb_r,
+                     sqr, sqh, skh, skc, stab, eps,
+                     HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+                     SA: tl.constexpr, SB: tl.constexpr, HAS_BIAS: tl.constexpr,
+                     QK_NORM: tl.constexpr):
+    """Program (r, j): head j of row r (q heads, then k heads, then v heads). q and k: the
+    head's RMSNorm (QK_NORM), then rotate-half RoPE at the row's position; q to q[r, j], k and v
+    to the cache at the row's slot."""
+    r = tl.program_id(0)
+    j = tl.program_id(1)
+    D2: tl.constexpr = D // 2
+    dt = q_ptr.dtype.element_ty
+    c = tl.arange(0, D2)
+    col = j * D
+    lo = _head_values(wa_ptr, wb_ptr, bias_ptr, r, col, c, NA, swa_s, swa_r, swb_s, swb_r,
+                      SA, SB, HAS_BIAS, dt)
+    hi = _head_values(wa_ptr, wb_ptr, bias_ptr, r, col + D2, c, NA, swa_s, swa_r, swb_s, swb_r,
+                      SA, SB, HAS_BIAS, dt)
+    slot = tl.load(slot_ptr + r)
+    if j < HQ + HKV:
+        if QK_NORM:
+            rstd = tl.rsqrt((tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0)) / D + eps)
+            if j < HQ:
+                n_ptr = qn_ptr
+            else:
+                n_ptr = kn_ptr
+            lo = (lo * rstd * tl.load(n_ptr + c).to(tl.float32)).to(dt).to(tl.float32)
+            hi = (hi * rstd * tl.load(n_ptr + D2 + c).to(tl.float32)).to(dt).to(tl.float32)
+        p = tl.load(pos_ptr + r)
+        cos_lo = tl.load(cos_ptr + p * stab + c).to(tl.float32)
+        cos_hi = tl.load(cos_ptr + p * stab + D2 + c).to(tl.float32)
+        sin_lo = tl.load(sin_ptr + p * stab + c).to(tl.float32)
+        sin_hi = tl.load(sin_ptr + p * stab + D2 + c).to(tl.float32)
+        out_lo = (lo * cos_lo - hi * sin_lo).to(dt)
+        out_hi = (hi * cos_hi + lo * sin_hi).to(dt)
+        if j < HQ:
+            base = q_ptr + r * sqr + j * sqh
+        else:
+            base = k_ptr + (j - HQ) * skh + slot * skc
+        tl.store(base + c, out_lo)
+        tl.store(base + D2 + c, out_hi)
+    else:
+        base = v_ptr + (j - HQ - HKV) * skh + slot * skc
+        tl.store(base + c, lo.to(dt))
+        tl.store(base + D2 + c, hi.to(dt))

@@ -1,0 +1,132 @@
+"""The fused packed layer (engine.model.fused_layer, kernels in engine.model.triton_fused), run by
+Triton's CPU interpreter on tiny packed models: its logits against the plain forward's (the
+same weights, float32), and verify rows bit-identical to one-row passes (the exactness contract).
+
+Like tests/engine/weights/test_triton_interpret.py, the interpreter must be chosen before triton
+is imported, so the parent only starts a child pytest on this file with TRITON_INTERPRET=1.
+float32 activations: the interpreter's tl.dot mishandles bfloat16 (its module doc).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+
+_CHILD = os.environ.get("SPECSCOPE_FUSED_CHILD") == "1"
+child_only = pytest.mark.skipif(not _CHILD, reason="runs in the interpreter child process")
+
+
+@pytest.mark.skipif(_CHILD, reason="this is the child")
+def test_fused_layer_in_the_triton_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1", SPECSCOPE_FUSED_CHILD="1")
+    root = Path(__file__).resolve().parents[3]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        str(Path(__file__).resolve())],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-3000:]
+
+
+def _qtypes(v_type):
+    from gguf import GGMLQuantizationType as Q
+
+    def qtype_of(name, w):
+        if w.ndim == 1:
+            return Q.F32
+        kind = name.split(".")[-2]
+        if kind == "attn_v" and v_type is not None:
+            return getattr(Q, v_type)
+        return Q.Q8_0 if kind in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up") else (
+            Q.Q4_0 if kind == "ffn_down" else Q.Q8_0)
+    return qtype_of
+
+
+def _runtime(path):
+    from engine.io.load import load_model
+    from engine.model.runtime import Runtime
+    return Runtime(load_model(path), "cpu", "float32", weights="packed", cpu_kernels="exact",
+                   capacity=64)
+
+
+def _fuse(rt):
+    from engine.model.fused_layer import FusedForward, fusable
+    from engine.model.triton_attention import bind_layout_attention_triton
+    assert fusable(rt.model)
+    rt.model.fused = FusedForward(rt.model)
+    rt.model.verify_attention = bind_layout_attention_triton
+    rt.exact_rows = True
+
+
+CASES = [("qwen3", "Q4_1"), ("qwen2", None)]
+
+
+@child_only
+@pytest.mark.parametrize("arch,v_type", CASES)
+def test_fused_forward_matches_the_plain_forward(tmp_path, arch, v_type):
+    """Same weights, same tokens: prefill (SDPA) and a 5-row chain (layout attention) logits
+    equal the plain packed forward's to float32 rounding; a fused model refuses the plain path."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tiny_models import make_tiny_gguf
+    from engine.model.runtime import chain
+    path = make_tiny_gguf(arch, tmp_path / "m.gguf", qtype_of=_qtypes(v_type))
+    plain, fused = _runtime(path), _runtime(path)
+    _fuse(fused)
+    if v_type is not None:
+        assert len(fused.model.layers[0]["qkv"].parts) == 2      # q|k and v: two partial buffers
+    prompt = [5, 17, 33, 9, 70, 41, 12, 3, 99, 27, 64]
+    outs = []
+    for rt in (plain, fused):
+        rt.start(40)
+        rt.prefill(prompt)
+        outs.append(rt.verify([7, 21, 55, 8, 19], *chain(5)).logits)
+    ref, got = outs
+    scale = ref.abs().max()
+    assert (got - ref).abs().max() <= 2e-4 * scale, ((got - ref).abs().max(), scale)
+    assert torch.equal(got.argmax(-1), ref.argmax(-1))
+    with pytest.raises(RuntimeError, match="interleaved"):
+        fused.model.fused = None
+        fused.verify([7], *chain(1))
+
+
+@child_only
+@pytest.mark.parametrize("arch,v_type", [("llama", "Q4_1")])
+def test_fused_verify_rows_equal_one_row_passes(tmp_path, arch, v_type):
+    """Row i of a chain verified at committed length n equals, bit for bit, the one-row pass of
+    the same token after the chain's first i tokens were committed one by one; so does a tree
+    row on a side branch (its ancestors at later slots). Untied models: a tied head is a dense
+    float32 matmul, which on the CPU is BLAS (not row-invariant; the GPU checks it with
+    bench/gpu_exact.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tiny_models import make_tiny_gguf
+    from engine.model.runtime import chain
+    path = make_tiny_gguf(arch, tmp_path / "m.gguf", qtype_of=_qtypes(v_type))
+    rt = _runtime(path)
+    _fuse(rt)
+    prompt = [5, 17, 33, 9, 70, 41, 12]
+    toks = [7, 21, 55, 8, 19, 4]
+    rt.start(40)
+    rt.prefill(prompt)
+    window = rt.verify(toks, *chain(len(toks))).logits
+    alone = []
+    for t in toks:
+        alone.append(rt.verify([t], *chain(1)).logits[0])
+        rt.cache.commit([0])
+    assert all(torch.equal(window[i], alone[i]) for i in range(len(toks)))
+    # a tree: root, a decoy child, then the real chain under the root at later slots
+    rt.start(40)
+    rt.prefill(prompt)
+    tokens = [toks[0], 88, toks[1], toks[2]]
+    depths = [0, 1, 1, 2]
+    anc = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)
+    tree = rt.verify(tokens, depths, anc).logits
+    assert torch.equal(tree[0], alone[0]) and torch.equal(tree[2], alone[1]) \
+        and torch.equal(tree[3], alone[2])
