@@ -95,9 +95,9 @@ def main() -> None:
         result.update(transformers_tok_s=theirs, transformers_median=median(theirs),
                       ratio=median(ours) / median(theirs), greedy_identical=all(same))
     if rt.device.type == "cuda":
-        rt.start(1024)
-        rt.warm_up()
-        one = [rt.time_verify_pass(1, 512) for _ in range(50)]
+        ses = rt.session(1024)
+        ses.warm_up()
+        one = [ses.time_verify_pass(1, 512) for _ in range(50)]
         per_token = 1e3 / median(ours)
         result.update(graph_1row_ms=median(one[10:]), ar_ms_per_token=per_token,
                       ar_over_graph=per_token / median(one[10:]))

@@ -64,8 +64,9 @@ def main() -> None:
         n = len(seq)
         with torch.inference_mode():
             for k in a.layers:
-                rt.start(n)
-                logits = rt.verify(seq, *chain(n), exit_layer=k).logits      # [n, V]
+                ses = rt.session(n)
+                logits = ses.verify(seq, *chain(n), exit_layer=k).logits      # [n, V]
+                ses.close()
                 # the row before each new token predicts it
                 rows = logits[len(ids) - 1:n - 1]
                 target = torch.tensor(new)

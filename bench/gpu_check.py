@@ -41,7 +41,9 @@ def main() -> None:
     loaded = load_model(a.model)
     graph = Runtime(loaded, "cuda", a.dtype, capacity=2048, compile=a.compile)
     t0 = time.perf_counter()
-    graph.warm_up()
+    ses = graph.session(1)
+    ses.warm_up()
+    ses.close()
     warm_s = time.perf_counter() - t0
     print(f"0. captured graph buckets in {warm_s:.1f} s (compile={a.compile})")
     eager = Runtime(loaded, "cuda", a.dtype, capacity=2048, graphs=False)
@@ -57,10 +59,11 @@ def main() -> None:
     tree = TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
     res = []
     for rt in (graph, eager):
-        rt.start(len(ids) + 128)
-        rt.warm_up()
-        rt.prefill(ids[:-1])
-        res.append(rt.verify(tokens, tree.row_depths, tree.ancestor_mask()))
+        ses = rt.session(len(ids) + 128)
+        ses.warm_up()
+        ses.prefill(ids[:-1])
+        res.append(ses.verify(tokens, tree.row_depths, tree.ancestor_mask()))
+        ses.close()
     diff = (res[0].logits - res[1].logits).abs().max().item()
     same_argmax = torch.equal(res[0].top_ids[:, 0], res[1].top_ids[:, 0])
     out["tree_graph_vs_eager_max_abs"] = diff
@@ -93,9 +96,9 @@ def main() -> None:
     print("   pass ms by rows:", {k: round(v, 3) for k, v in out["pass_ms_by_rows"].items()})
 
     # 3. AR per token vs one graph-replayed single-row pass
-    graph.start(2048)
-    graph.warm_up()
-    one = [graph.time_verify_pass(1, len(ids)) for _ in range(200)][20:]
+    ses = graph.session(2048)
+    ses.warm_up()
+    one = [ses.time_verify_pass(1, len(ids)) for _ in range(200)][20:]
     one_ms = statistics.median(one)
     per_tok = 1e3 / runs["graph_ar"]["tok_s"]
     out.update(one_row_graph_ms=one_ms, ar_ms_per_token=per_tok, ar_over_graph=per_tok / one_ms)

@@ -136,12 +136,13 @@ def ops() -> dict:
 
 def _ar_logits(rt, prompt, toks):
     from engine.model.runtime import chain
-    rt.start(len(prompt) + len(toks) + 80)
-    rt.prefill(prompt)
+    ses = rt.session(len(prompt) + len(toks) + 80)
+    ses.prefill(prompt)
     out = []
     for t in toks:
-        out.append(rt.verify([t], *chain(1)).logits)
-        rt.cache.advance(1)
+        out.append(ses.verify([t], *chain(1)).logits)
+        ses.advance(1)
+    ses.close()
     return torch.cat(out)
 
 
@@ -151,9 +152,10 @@ def model_rows(rt, ids) -> dict:
     ref = _ar_logits(rt, prompt, toks)
     res: dict = {"chains": {}, "trees": {}}
     for R in (2, 3, 5, 9, 17, 33):
-        rt.start(len(ids) + 80)
-        rt.prefill(prompt)
-        got = rt.verify(toks[:R], *chain(R)).logits
+        ses = rt.session(len(ids) + 80)
+        ses.prefill(prompt)
+        got = ses.verify(toks[:R], *chain(R)).logits
+        ses.close()
         res["chains"][R] = (got - ref[:R]).abs().max().item()
     for n_decoy in (1, 5, 14):
         for at in (0, 3):                       # decoys under the root, or under row 3
@@ -171,9 +173,10 @@ def model_rows(rt, ids) -> dict:
             tokens += toks[:real_len][1:]
             parents += [0] + list(range(base, base + real_len - 2))
             depths, anc = tree(parents)
-            rt.start(len(ids) + 80)
-            rt.prefill(prompt)
-            got = rt.verify(tokens, depths, anc).logits
+            ses = rt.session(len(ids) + 80)
+            ses.prefill(prompt)
+            got = ses.verify(tokens, depths, anc).logits
+            ses.close()
             late = [0] + list(range(base, base + real_len - 1))
             res["trees"][f"decoys{n_decoy}_at{at}_R{len(tokens)}"] = {
                 "first_branch": (got[chain_rows] - ref[:real_len]).abs().max().item(),
@@ -188,10 +191,10 @@ def pass_cost(rt, modes: dict, rows=(1, 2, 32, 64), ctx=900, rounds=3) -> dict:
     for _ in range(rounds):
         for m, set_mode in modes.items():
             set_mode()
-            rt._buckets.clear()
+            ses = rt.session(ctx + max(rows))      # a new session: graphs captured afresh
             for r in rows:
-                rt.time_verify_pass(r, ctx)
-                times[m][r] += [rt.time_verify_pass(r, ctx) for _ in range(15)]
+                ses.time_verify_pass(r, ctx)
+                times[m][r] += [ses.time_verify_pass(r, ctx) for _ in range(15)]
     return {m: {r: statistics.median(v) for r, v in d.items()} for m, d in times.items()}
 
 

@@ -8,13 +8,11 @@ context length, so that committing a tree's accepted branch is two ops for all l
     slots [length, length + rows)  this window's rows, written by the forward pass
 
 The cache owns `length`: it moves only through `advance` (a prefill chunk), `commit` (a
-window's accepted rows), `truncate`, `reset` and, for a timing pass, `at_length`.
+window's accepted rows), `truncate` and `reset`. A pass at another length (a draft or timing
+pass) is given that length explicitly (engine.model.runtime.Session.scratch).
 """
 
 from __future__ import annotations
-
-from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 
@@ -46,21 +44,6 @@ class KVCache:
             raise ParameterError(f"cannot advance a cache of {self._length}/{self.capacity} "
                                  f"tokens by {n}")
         self._length += n
-
-    @contextmanager
-    def at_length(self, length: int) -> Iterator["KVCache"]:
-        """Act as if `length` tokens were committed, whatever those slots hold, and restore the
-        committed length afterwards: a timing pass costs the same whatever the keys are, and
-        writes only slots [length, length + rows), so above the committed length it touches
-        nothing committed."""
-        if not 0 <= length <= self.capacity:
-            raise ParameterError(f"length {length} is outside a cache of capacity {self.capacity}")
-        saved = self._length
-        self._length = length
-        try:
-            yield self
-        finally:
-            self._length = saved
 
     def room(self) -> int:
         """Rows a window may still write after the committed prefix."""

@@ -1,4 +1,10 @@
-"""A loaded model on a device: prefill, one verify pass over a window of rows, timing.
+"""A loaded model on a device, and its sessions: prefill, one verify pass over a window of rows,
+commit, scratch passes, timing.
+
+`Runtime` holds the weights; a `Session` (`Runtime.session(capacity)`) is one stream of tokens
+with its own KV cache and captured graphs: the decoder, each side of a race and a draft model
+each hold one, and the early-exit drafter sees the target's session through its first K layers
+(`Session.first_layers`).
 
 On CPU the forward runs eagerly with attention over exactly the committed prefix plus the
 window. On a GPU (CUDA or ROCm) each verify pass replays a captured graph: eager PyTorch spends
@@ -65,7 +71,7 @@ def chain(n: int) -> tuple[list[int], torch.Tensor]:
 
 
 class _GraphBucket:
-    """One captured verify pass of `rows` rows at the runtime's cache capacity.
+    """One captured verify pass of `rows` rows over one session's cache, at its capacity.
 
     Host -> device traffic per pass is one packed long tensor: tokens [B], depths [B], the
     committed length n [1] and the window's ancestor table [B*B] (row r's ancestor at depth j,
@@ -73,8 +79,8 @@ class _GraphBucket:
     with a mask, the [B, C] mask are derived inside the graph.
     """
 
-    def __init__(self, rt: "Runtime", rows: int, exit_layer: int | None = None):
-        C, dev, B = rt.cache.capacity, rt.device, rows
+    def __init__(self, rt: "Runtime", cache: KVCache, rows: int, exit_layer: int | None = None):
+        C, dev, B = cache.capacity, rt.device, rows
         self.rows = B
         self.packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=dev)
         # warm-up and capture runs write their keys at the very end of the cache, never over
@@ -99,7 +105,7 @@ class _GraphBucket:
                 in_window = (rel >= 0) & (rel < B)
                 win = anc[:, rel.clamp(0, B - 1)] & in_window            # [B, C]
                 mask = (cols < n).unsqueeze(0) | win                     # [B, C]
-            logits = rt.forward_fn(tokens, n + depth, mask, rt.cache, n + ar,
+            logits = rt.forward_fn(tokens, n + depth, mask, cache, n + ar,
                                    layout=WindowLayout(n, depth, table), exit_layer=exit_layer)
             top = logits.topk(TOPK, dim=-1)
             return logits, top.values.float(), top.indices
@@ -214,43 +220,33 @@ class Runtime:
                            if self.compiled else self.model.forward)
         self._pool = (torch.cuda.graph_pool_handle()
                       if self.use_graphs and self.device.type == "cuda" else None)
-        self._buckets: dict[tuple[int, int | None], _GraphBucket] = {}   # (rows, exit layer)
-        self.cache: KVCache = self.model.new_cache(capacity or min(self.config.max_context, 2048))
+        # the capacity a new session starts at (a session grows past it only when a request
+        # needs more); sessions handed back (`Session.close`) wait here for the next request
+        # with their captured graphs, so a run does not capture them again
+        self.default_capacity = capacity or min(self.config.max_context, 2048)
+        self._idle: list[Session] = []
 
-    # -- cache management ---------------------------------------------------------------
-    def start(self, needed: int, spare: int = 0) -> KVCache:
-        """A fresh cache with room for `needed` tokens (prompt + new tokens), plus up to `spare`
-        window rows where the context allows (a window never takes more rows than are free)."""
-        if needed > self.config.max_context:
-            raise ParameterError(
-                f"the prompt plus --max-new-tokens needs {needed} tokens, more than the model's "
-                f"context of {self.config.max_context}: shorten the prompt or lower --max-new-tokens"
-            )
-        needed = min(self.config.max_context, needed + spare)
-        if needed > self.cache.capacity:
-            cap = min(self.config.max_context, 1 << (needed - 1).bit_length())
-            self.cache = self.model.new_cache(cap)
-            self._buckets.clear()      # graphs hold the old cache's addresses
-        self.cache.reset()
-        return self.cache
+    # -- sessions ------------------------------------------------------------------------
+    def session(self, capacity: int, spare: int = 0) -> "Session":
+        """A stream with room for `capacity` committed tokens (prompt + new tokens), plus up to
+        `spare` window rows where the context allows (a window never takes more rows than are
+        free). An idle session is reused (its graphs stay captured) or a new one is made."""
+        s = self._idle.pop() if self._idle else Session(self, self.default_capacity)
+        s.reserve(capacity, spare)
+        return s
 
-    def window_room(self) -> int:
-        """The most rows a window may have now: the cache's free slots (with graphs, the largest
-        bucket that fits, as a window is padded up to its bucket)."""
-        room = self.cache.room()
-        return max((b for b in GRAPH_BUCKETS if b <= room), default=0) if self.use_graphs else room
+    def _release(self, session: "Session") -> None:
+        if session not in self._idle:
+            self._idle.append(session)
 
-    def warm_up(self, exit_layer: int | None = None) -> None:
-        """Capture every graph bucket now (GPU), so no window pays for a capture; with packed
-        weights also compile the Triton kernels for the row counts prefill uses. `exit_layer`:
-        the buckets of that early-exit draft pass instead of the full model's."""
-        if self.use_graphs and self.device.type == "cuda":
-            with torch.inference_mode():
-                for b in GRAPH_BUCKETS:
-                    if b <= self.cache.capacity // 2:
-                        self._bucket(b, exit_layer)
-                if self.weights_mode == "packed" and exit_layer is None:
-                    self._warm_prefill_kernels()
+    def time_verify_pass(self, n_rows: int, context: int, exit_layer: int | None = None) -> float:
+        """Milliseconds of one verify pass of n_rows (a chain) at `context` committed tokens, on
+        an idle session (Session.time_verify_pass); what a probe before any run times."""
+        s = self._idle.pop() if self._idle else Session(self, self.default_capacity)
+        try:
+            return s.time_verify_pass(n_rows, context, exit_layer)
+        finally:
+            s.close()
 
     # Triton compiles a kernel once per specialization: the row count's 16-row slices (1-4)
     # and whether it is 1 or a multiple of 16. The graph buckets (powers of two) cover five of
@@ -258,8 +254,8 @@ class Runtime:
     # timed run (seconds each, the first time on a machine; Triton's disk cache after that).
     _PREFILL_ROW_CLASSES = (19, 35, 48, 51)
 
-    def _warm_prefill_kernels(self) -> None:
-        C = self.cache.capacity
+    def _warm_prefill_kernels(self, cache: KVCache) -> None:
+        C = cache.capacity
         for R in self._PREFILL_ROW_CLASSES:
             if R > C // 2:
                 break
@@ -267,57 +263,180 @@ class Runtime:
             mask = torch.zeros(R, C, dtype=torch.bool, device=self.device)
             mask[:, C - R:] = torch.tril(torch.ones(R, R, dtype=torch.bool, device=self.device))
             tokens = torch.zeros(R, dtype=torch.long, device=self.device)
-            self.model.forward(tokens, torch.arange(R, device=self.device), mask, self.cache, slots,
+            self.model.forward(tokens, torch.arange(R, device=self.device), mask, cache, slots,
                                last_only=True)
         synchronize(self.device)
+
+
+class Session:
+    """One stream of tokens on a runtime: its own KV cache and the graph buckets captured on it
+    (graphs hold their cache's addresses). The decoder, each side of a race and a draft model
+    each hold one; `Runtime.session` makes or reuses one, `close` hands it back.
+
+    Passes: `prefill` (committed tokens), `verify` (a window at the committed length), `commit`
+    (keep a window's accepted rows), `scratch` (a pass at any length >= the committed one that
+    writes only slots past it and commits nothing: draft passes, timing passes).
+    """
+
+    def __init__(self, rt: Runtime, capacity: int) -> None:
+        self.runtime = rt
+        self.cache: KVCache = rt.model.new_cache(capacity)
+        self._buckets: dict[tuple[int, int | None], _GraphBucket] = {}   # (rows, exit layer)
+        self.needed = 0            # what the current request asked for (reserve)
+        self.spare = 0
+
+    # what a cost probe reads from the stream it times (engine.cost.probe.VerifyTimer)
+    @property
+    def config(self):
+        return self.runtime.config
+
+    @property
+    def device(self) -> torch.device:
+        return self.runtime.device
+
+    @property
+    def device_name(self) -> str:
+        return self.runtime.device_name
+
+    @property
+    def model_id(self) -> str:
+        return self.runtime.model_id
+
+    @property
+    def dtype_name(self) -> str:
+        return self.runtime.dtype_name
+
+    # -- the cache -----------------------------------------------------------------------
+    def reserve(self, needed: int, spare: int = 0) -> None:
+        """An empty stream with room for `needed` tokens plus up to `spare` window rows where
+        the context allows; the cache grows (and its graphs are dropped) only if it must."""
+        rt = self.runtime
+        if needed > rt.config.max_context:
+            raise ParameterError(
+                f"the prompt plus --max-new-tokens needs {needed} tokens, more than the model's "
+                f"context of {rt.config.max_context}: shorten the prompt or lower --max-new-tokens"
+            )
+        self.needed, self.spare = needed, spare
+        size = min(rt.config.max_context, needed + spare)
+        if size > self.cache.capacity:
+            cap = min(rt.config.max_context, 1 << (size - 1).bit_length())
+            self._buckets.clear()      # graphs hold the old cache's addresses
+            del self.cache             # free the old one before the new one is allocated
+            self.cache = rt.model.new_cache(cap)
+        self.cache.reset()
+
+    @property
+    def capacity(self) -> int:
+        return self.cache.capacity
+
+    @property
+    def length(self) -> int:
+        """Committed tokens."""
+        return self.cache.length
+
+    def room(self) -> int:
+        """Slots free past the committed prefix."""
+        return self.cache.room()
+
+    def window_room(self) -> int:
+        """The most rows a window may have now: the cache's free slots (with graphs, the largest
+        bucket that fits, as a window is padded up to its bucket)."""
+        room = self.cache.room()
+        if self.runtime.use_graphs:
+            return max((b for b in GRAPH_BUCKETS if b <= room), default=0)
+        return room
+
+    def commit(self, accepted_rows: list[int]) -> None:
+        """Keep the window rows `accepted_rows` as the next committed tokens (KVCache.commit)."""
+        self.cache.commit(accepted_rows)
+
+    def advance(self, n: int) -> None:
+        """n more tokens past the committed prefix already hold the right keys: commit them."""
+        self.cache.advance(n)
+
+    def truncate(self, length: int) -> None:
+        self.cache.truncate(length)
+
+    def close(self) -> None:
+        """Hand the session back to its runtime for a later request (its graphs stay)."""
+        self.cache.reset()
+        self.runtime._release(self)
+
+    def first_layers(self, k: int) -> "LayerView":
+        """A view of this stream through the model's first k layers (an early-exit draft)."""
+        return LayerView(self, k)
+
+    def warm_up(self, exit_layer: int | None = None) -> None:
+        """Capture every graph bucket now (GPU), so no window pays for a capture; with packed
+        weights also compile the Triton kernels for the row counts prefill uses. `exit_layer`:
+        the buckets of that early-exit draft pass instead of the full model's."""
+        rt = self.runtime
+        if rt.use_graphs and rt.device.type == "cuda":
+            with torch.inference_mode():
+                for b in GRAPH_BUCKETS:
+                    if b <= self.cache.capacity // 2:
+                        self._bucket(b, exit_layer)
+                if rt.weights_mode == "packed" and exit_layer is None:
+                    rt._warm_prefill_kernels(self.cache)
 
     # -- passes ------------------------------------------------------------------------
     @torch.inference_mode()
     def prefill(self, ids: list[int]) -> None:
         """Write `ids` into the cache as committed tokens (no logits needed)."""
-        cache = self.cache
+        rt, cache = self.runtime, self.cache
         for start in range(0, len(ids), PREFILL_CHUNK):
             chunk = ids[start:start + PREFILL_CHUNK]
             R, n = len(chunk), cache.length
-            t = torch.tensor(chunk, dtype=torch.long, device=self.device)
-            pos = torch.arange(n, n + R, device=self.device)
-            mask = torch.ones(R, n + R, dtype=torch.bool, device=self.device)
+            t = torch.tensor(chunk, dtype=torch.long, device=rt.device)
+            pos = torch.arange(n, n + R, device=rt.device)
+            mask = torch.ones(R, n + R, dtype=torch.bool, device=rt.device)
             mask[:, n:] = torch.tril(mask[:, n:])
-            self.model.forward(t, pos, mask, cache, pos, last_only=True)
+            rt.model.forward(t, pos, mask, cache, pos, last_only=True)
             cache.advance(R)
 
-    @torch.inference_mode()
     def verify(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
                need_logits: bool = True, exit_layer: int | None = None) -> RowScores:
-        """One forward pass over a window of R rows. Row 0 is `tokens[0]`, the root (the last
-        committed token, not yet in the cache). Row i sits at position length + depths[i] and
-        attends to the committed prefix and to the rows c with ancestors[i, c] ([R, R] bool:
-        itself and its ancestors). A draft tree gives both arrays (TokenTree.row_depths,
-        TokenTree.ancestor_mask); a plain run of tokens, `chain(R)`. `exit_layer` K: the first K
-        layers only, then the norm and LM head (an early-exit draft pass; see Transformer.forward)."""
-        if exit_layer is not None and not 1 <= exit_layer <= self.config.n_layers:
+        """One forward pass over a window of R rows at the committed length n. Row 0 is
+        `tokens[0]`, the root (the last committed token, not yet in the cache). Row i sits at
+        position n + depths[i] and attends to the committed prefix and to the rows c with
+        ancestors[i, c] ([R, R] bool: itself and its ancestors). A draft tree gives both arrays
+        (TokenTree.row_depths, TokenTree.ancestor_mask); a plain run of tokens, `chain(R)`.
+        `exit_layer` K: the first K layers only, then the norm and LM head (an early-exit draft
+        pass; see Transformer.forward). Row i's keys go to slot n + i; nothing is committed."""
+        return self.scratch(tokens, depths, ancestors, self.cache.length, need_logits, exit_layer)
+
+    @torch.inference_mode()
+    def scratch(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
+                at: int, need_logits: bool = True, exit_layer: int | None = None) -> RowScores:
+        """`verify` as if `at` tokens were committed: the rows attend to slots [0, at) whatever
+        they hold and write slots [at, at + R) only; the committed length stays. `at` below the
+        committed length would overwrite committed keys, so it is refused."""
+        rt, cache = self.runtime, self.cache
+        if exit_layer is not None and not 1 <= exit_layer <= rt.config.n_layers:
             raise ParameterError(f"--exit-layer must be between 1 and the model's "
-                                 f"{self.config.n_layers} layers, got {exit_layer}")
-        cache = self.cache
-        R, n = len(tokens), cache.length
+                                 f"{rt.config.n_layers} layers, got {exit_layer}")
+        if not cache.length <= at <= cache.capacity:
+            raise ParameterError(f"a scratch pass at length {at} would write over the "
+                                 f"{cache.length} committed tokens (or past {cache.capacity})")
+        R, n = len(tokens), at
         if len(depths) != R or tuple(ancestors.shape) != (R, R):
             raise ValueError(f"a window of {R} rows needs {R} depths and ancestors [{R}, {R}], "
                              f"got {len(depths)} and {tuple(ancestors.shape)}")
-        if self.use_graphs:
-            return self._verify_graph(tokens, depths, ancestors, need_logits, exit_layer)
+        if rt.use_graphs:
+            return self._verify_graph(tokens, depths, ancestors, n, need_logits, exit_layer)
         if n + R > cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
-        t = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        depth = torch.tensor(depths, dtype=torch.long, device=self.device)
+        t = torch.tensor(tokens, dtype=torch.long, device=rt.device)
+        depth = torch.tensor(depths, dtype=torch.long, device=rt.device)
         mask = None
-        if self.model.needs_mask:
+        if rt.model.needs_mask:
             mask = torch.ones(R, n + R, dtype=torch.bool)
             mask[:, n:] = ancestors
-            mask = mask.to(self.device)
-        layout = WindowLayout(n, depth, ancestor_table(depths, ancestors).to(self.device))
-        slots = torch.arange(n, n + R, device=self.device)
-        logits = self.model.forward(t, depth + n, mask, cache, slots, layout=layout,
-                                    exit_layer=exit_layer)
+            mask = mask.to(rt.device)
+        layout = WindowLayout(n, depth, ancestor_table(depths, ancestors).to(rt.device))
+        slots = torch.arange(n, n + R, device=rt.device)
+        logits = rt.model.forward(t, depth + n, mask, cache, slots, layout=layout,
+                                  exit_layer=exit_layer)
         top = logits.topk(TOPK, dim=-1)
         return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
 
@@ -327,14 +446,14 @@ class Runtime:
             raise ParameterError(f"a window of {R} rows is more than the largest graph bucket "
                                  f"({GRAPH_BUCKETS[-1]}): lower --depth or --width")
         if (b, exit_layer) not in self._buckets:
-            self._buckets[b, exit_layer] = _GraphBucket(self, b, exit_layer)
+            self._buckets[b, exit_layer] = _GraphBucket(self.runtime, self.cache, b, exit_layer)
         return self._buckets[b, exit_layer]
 
     def _verify_graph(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
-                      need_logits: bool, exit_layer: int | None = None) -> RowScores:
-        cache, R, n = self.cache, len(tokens), self.cache.length
+                      n: int, need_logits: bool, exit_layer: int | None = None) -> RowScores:
+        R = len(tokens)
         g = self._bucket(R, exit_layer)
-        if n + g.rows > cache.capacity:
+        if n + g.rows > self.cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         g.replay(tokens, depths, ancestors, n)
         logits = g.logits[:R].float().cpu() if need_logits else None
@@ -342,19 +461,53 @@ class Runtime:
 
     # -- timing (the roofline probe) -----------------------------------------------------
     def time_verify_pass(self, n_rows: int, context: int, exit_layer: int | None = None) -> float:
-        """Milliseconds of one verify pass of n_rows (a chain) at `context` committed tokens.
-        The cache contents do not matter for cost, only its length. The pass writes scratch
-        slots [context, context + n_rows) only and the committed length is restored, so a
+        """Milliseconds of one verify pass of n_rows (a chain) at `context` committed tokens:
+        a scratch pass (the cache contents do not matter for cost, only the length), so a
         probe at context >= the committed length is safe in the middle of a run."""
-        if context + n_rows > self.config.max_context:
+        cfg = self.runtime.config
+        if context + n_rows > cfg.max_context:
             raise ParameterError(f"a probe pass at context {context:,} with {n_rows} rows needs more than "
-                                 f"the model's context of {self.config.max_context:,}: lower --context")
+                                 f"the model's context of {cfg.max_context:,}: lower --context")
         if context + n_rows > self.cache.capacity:
-            self.start(context + n_rows, spare=64)
-        with self.cache.at_length(context):
-            synchronize(self.device)
-            t0 = time.perf_counter()
-            # the chain's arrays are built inside the timed span, as a window's are in the decoder
-            self.verify([1] * n_rows, *chain(n_rows), need_logits=False, exit_layer=exit_layer)
-            synchronize(self.device)
-            return (time.perf_counter() - t0) * 1e3
+            if self.length:
+                raise ParameterError(f"a probe pass at context {context:,} with {n_rows} rows does "
+                                     f"not fit this stream's {self.cache.capacity:,} slots")
+            self.reserve(context + n_rows, spare=64)
+        dev = self.runtime.device
+        synchronize(dev)
+        t0 = time.perf_counter()
+        # the chain's arrays are built inside the timed span, as a window's are in the decoder
+        self.scratch([1] * n_rows, *chain(n_rows), at=context, need_logits=False,
+                     exit_layer=exit_layer)
+        synchronize(dev)
+        return (time.perf_counter() - t0) * 1e3
+
+
+class LayerView:
+    """A session seen through the model's first k layers (self-speculation: Elhoushi et al.
+    2024, "LayerSkip"): its passes run those layers, the final norm and the LM head over the
+    session's cache, writing only those layers' keys in scratch slots."""
+
+    def __init__(self, session: Session, k: int) -> None:
+        L = session.runtime.config.n_layers
+        if not 1 <= k <= L:
+            raise ParameterError(f"--exit-layer must be between 1 and the model's {L} layers, got {k}")
+        self.session = session
+        self.exit_layer = k
+
+    @property
+    def length(self) -> int:
+        return self.session.length
+
+    def room(self) -> int:
+        return self.session.room()
+
+    def window_room(self) -> int:
+        return self.session.window_room()
+
+    def warm_up(self) -> None:
+        self.session.warm_up(self.exit_layer)
+
+    def scratch(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
+                at: int) -> RowScores:
+        return self.session.scratch(tokens, depths, ancestors, at, exit_layer=self.exit_layer)

@@ -81,7 +81,7 @@ class Decoder:
         self._draft_rt_for = s.draft_model if draft_runtime is not None else None
         self.draft_load_s = 0.0
         self.notice = ""            # a one-time line for the user (a draft model's size warning)
-        self._needed = 0            # cache slots of this request (known once the run starts)
+        self.session = None         # this request's stream on the runtime (while it runs)
         self.drafter: Drafter | None = self._build_drafter(s)
         self._drafter_spec = _drafter_spec(s)
         # --takeover (model drafts): the n-gram tree beside the model, and who drafts each window
@@ -135,8 +135,8 @@ class Decoder:
                                      self.draft_rt if s.draft == "model" else None)
         if s.draft == "model":
             self.notice = size_warning(self.rt, self.draft_rt)
-        if self._needed:                   # switched to in the middle of a run
-            drafter.reset(self._needed, MAX_ROWS + 1)
+        if self.session is not None:       # switched to in the middle of a run
+            drafter.begin(self.session)
         return drafter
 
     def _configure(self) -> None:
@@ -184,13 +184,23 @@ class Decoder:
         self._configure()          # may probe the device's cost profile: before the clock starts
         # every token the run commits, plus window rows only for a run that drafts (a window
         # never takes more rows than are free, so a prompt that fits plain decoding runs)
-        self._needed = len(ids) + s.max_new_tokens
-        rt.start(self._needed, spare=MAX_ROWS + 1 if s.draft != "none" else 0)
-        rt.warm_up()
+        session = self.session = rt.session(len(ids) + s.max_new_tokens,
+                                            spare=MAX_ROWS + 1 if s.draft != "none" else 0)
+        try:
+            yield from self._loop(session)
+        finally:
+            self.session = None
+            self._running = False
+            session.close()
+
+    def _loop(self, session) -> Iterator[E.WindowEvent]:
+        s = self.settings
+        rt = self.rt
+        session.warm_up()
         if s.draft in MODEL_DRAFTERS:
-            self.drafter.reset(self._needed, MAX_ROWS + 1)
+            self.drafter.begin(session)
         t_start = time.perf_counter()
-        rt.prefill(ids[:-1])
+        session.prefill(self.prompt_ids[:-1])
         self._running = True
         eos = set(self.tok.eos_ids)
         index = 0
@@ -210,16 +220,16 @@ class Decoder:
             tree = self._propose(root, plan)
             t1 = time.perf_counter()
             fast = s.sampling.greedy and not s.sampling.penalized and not self.detail
-            scores = rt.verify([root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
-                               need_logits=not fast)
+            scores = session.verify([root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
+                                    need_logits=not fast)
             t2 = time.perf_counter()
             if not bool(scores.top_values[:, 0].isfinite().all()):   # NaN ranks first in topk
                 raise NumericalError(
-                    f"the model's logits are NaN or infinite at position {rt.cache.length}: its weights or "
+                    f"the model's logits are NaN or infinite at position {session.length}: its weights or "
                     "metadata are broken" + ("; or float16 overflowed: try --dtype bfloat16 or float32"
                                              if rt.dtype_name == "float16" else ""))
             outcome = self._verify(tree, scores)
-            self.rt.cache.commit(outcome.keep_rows)
+            session.commit(outcome.keep_rows)
             emitted, kinds = list(outcome.emitted), list(outcome.kinds)
             finish = ""
             for j, t in enumerate(emitted):
@@ -284,12 +294,15 @@ class Decoder:
         running = self._running
         if s.draft == "early-exit":
             limit = self.rt.config.max_context - MAX_ROWS - 1
-            ctx = self.rt.cache.length if running else min(self.profile.context or 1024, limit)
+            ctx = self.session.length if running else min(self.profile.context or 1024, limit)
+            # mid-run: timed on this request's own session, in scratch slots past its text
             return early_exit_cost(self.profile, s.exit_layer, self.rt.config.n_layers,
-                                   runtime=self.rt, context=max(1, ctx))
+                                   runtime=self.session if running else self.rt,
+                                   context=max(1, ctx))
         drt = self.draft_rt
-        prof = card_profile(drt, progress=self.progress, check=True,
-                            context=drt.cache.length if running else None)
+        stream = self.drafter.stream if running else None
+        prof = card_profile(stream or drt, progress=self.progress, check=True,
+                            context=stream.length if stream is not None else None)
         return draft_model_cost(prof, f"draft model {drt.model_id}")
 
     def _cost_profile(self):
@@ -298,8 +311,9 @@ class Decoder:
             # before the run: probe at the profile's usual context; during a run (adaptive
             # switched on from the workbench): at the committed length, so only scratch slots
             # are written
-            context = self.rt.cache.length if self._running else None
-            self.profile = card_profile(self.rt, progress=self.progress, check=True, context=context)
+            running = self._running
+            self.profile = card_profile(self.session if running else self.rt, progress=self.progress,
+                                        check=True, context=self.session.length if running else None)
         return self.profile
 
     def _plan(self, remaining: int) -> Choice:
@@ -350,12 +364,13 @@ class Decoder:
         # never more rows than one pass holds
         s = self.settings
         rows = tree_rows(plan.depth, plan.width) if s.draft == "tree" else 1 + plan.depth
-        budget = min(MAX_ROWS, rows, self.rt.window_room())
+        room = self.session.window_room()
+        budget = min(MAX_ROWS, rows, room)
         if self._kind == NGRAM:
-            budget = min(MAX_ROWS, plan.rows, self.rt.window_room())
+            budget = min(MAX_ROWS, plan.rows, room)
             return self.ngram_drafter.propose(self.index, root, plan.depth, plan.width, budget)
         if s.draft in MODEL_DRAFTERS:
-            budget = min(MAX_ROWS, plan.rows, self.rt.window_room())
+            budget = min(MAX_ROWS, plan.rows, room)
             return self.drafter.propose(self.index, root, plan.depth, plan.width, budget,
                                         sampling=s.sampling, rng=self.rng)
         return self.drafter.propose(self.index, root, plan.depth, plan.width, budget)

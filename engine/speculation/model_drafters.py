@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from engine.errors import ParameterError
-from engine.model.runtime import Runtime, chain
+from engine.model.runtime import LayerView, Runtime, Session, chain
 from engine.speculation.events import Provenance
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng, SamplingConfig, penalize, target_probs
@@ -108,14 +108,14 @@ def fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
 
 
 class _ChainDrafter:
-    """A chain of model drafts, one pass per token; subclasses say which runtime and layers."""
+    """A chain of model drafts, one pass per token; subclasses say which stream drafts (a
+    session of the draft model, or the target's session through its first K layers)."""
 
     name = "model"
 
-    def __init__(self, draft_rt: Runtime, vocab: int, exit_layer: int | None) -> None:
-        self.rt = draft_rt
+    def __init__(self, vocab: int) -> None:
         self.vocab = vocab               # the target's logits width
-        self.exit_layer = exit_layer
+        self.stream: Session | LayerView | None = None     # set by `begin`
         self.windows = 0
         self.accepted_tokens = 0
         self.proposed_tokens = 0
@@ -128,10 +128,10 @@ class _ChainDrafter:
         """Measured draft time per drafted token (nan before the first draft)."""
         return self.draft_ms / self.draft_passes if self.draft_passes else float("nan")
 
-    def reset(self, needed: int, spare: int = 0) -> None:
-        """A new request that commits up to `needed` tokens, with windows of up to `spare` rows:
+    def begin(self, target: Session) -> None:
+        """A new request on the target's session `target`: take the stream that drafts it and
         capture the draft pass's graphs now."""
-        self.rt.warm_up(self.exit_layer)
+        raise NotImplementedError
 
     def _first_logits(self, committed: list[int], root: int) -> torch.Tensor:
         """The draft's logits [V] after the root; the root's keys are written at slot n."""
@@ -140,10 +140,7 @@ class _ChainDrafter:
     def _step(self, token: int, slot: int) -> torch.Tensor:
         """Logits [V] after `token`, whose keys go to cache slot `slot` (the chain before it
         occupies the slots below)."""
-        cache = self.rt.cache
-        with cache.at_length(slot):
-            scores = self.rt.verify([token], *chain(1), exit_layer=self.exit_layer)
-        return scores.logits[0]
+        return self.stream.scratch([token], *chain(1), at=slot).logits[0]
 
     def propose(self, index: NgramIndex, root: int, depth: int, width: int, budget_rows: int, *,
                 sampling: SamplingConfig | None = None, rng: Rng | None = None) -> TokenTree:
@@ -159,8 +156,8 @@ class _ChainDrafter:
         logits = self._first_logits(context[:-1], root)
         if width > 1:
             return self._propose_tree(context, root, logits, length, width, budget_rows, cfg, rng, t0)
-        n = self.rt.cache.length                 # the root sits at slot n
-        length = min(length, self.rt.cache.room() - 1)
+        n = self.stream.length                   # the root sits at slot n
+        length = min(length, self.stream.room() - 1)
         history = list(context[-cfg.penalty_window:])
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
@@ -193,9 +190,9 @@ class _ChainDrafter:
         rejection sampler needs siblings drawn i.i.d. from q, so a node gets all of them or
         none). One draft pass per level, over every row so far (rows below the knee are
         nearly free on a GPU); row r at slot n + r, as the verify pass will place it."""
-        n = self.rt.cache.length
+        n = self.stream.length
         # draft nodes: a draft model's own cache may hold fewer free slots than the target's
-        budget = min(budget_rows - 1, self.rt.window_room() - 1)
+        budget = min(budget_rows - 1, self.stream.window_room() - 1)
         tokens: list[int] = []
         parents: list[int] = []
         qs: list[torch.Tensor] = []
@@ -222,9 +219,8 @@ class _ChainDrafter:
                 break
             rows = [root, *tokens]
             shape = TokenTree(root, tuple(tokens), tuple(parents), (_PROV,) * len(tokens))
-            with self.rt.cache.at_length(n):
-                out = self.rt.verify(rows, shape.row_depths, shape.ancestor_mask(),
-                                     exit_layer=self.exit_layer).logits        # [R, V]
+            out = self.stream.scratch(rows, shape.row_depths, shape.ancestor_mask(),
+                                      at=n).logits                      # [R, V]
             passes += 1
             fed = len(tokens)
             frontier = [(i, out[i + 1]) for i in new]
@@ -256,11 +252,16 @@ class EarlyExitDrafter(_ChainDrafter):
         if not 1 <= exit_layer <= L:
             raise ParameterError(f"--exit-layer must be between 1 and the model's {L} layers, "
                                  f"got {exit_layer}")
-        super().__init__(target, target.config.vocab_size, exit_layer)
+        super().__init__(target.config.vocab_size)
+        self.exit_layer = exit_layer
+
+    def begin(self, target: Session) -> None:
+        self.stream = target.first_layers(self.exit_layer)
+        self.stream.warm_up()
 
     def _first_logits(self, committed: list[int], root: int) -> torch.Tensor:
         # the target's cache holds the committed text at every layer already
-        return self._step(root, self.rt.cache.length)
+        return self._step(root, self.stream.length)
 
 
 class DraftModelDrafter(_ChainDrafter):
@@ -270,32 +271,37 @@ class DraftModelDrafter(_ChainDrafter):
 
     def __init__(self, target: Runtime, draft_rt: Runtime) -> None:
         check_vocab(target.tokenizer, draft_rt.tokenizer)
-        super().__init__(draft_rt, target.config.vocab_size, None)
+        super().__init__(target.config.vocab_size)
+        self.rt = draft_rt
         self._slots: list[int] = []       # the token whose keys each draft cache slot holds
 
-    def reset(self, needed: int, spare: int = 0) -> None:
-        self.rt.start(needed, spare=spare)
+    def begin(self, target: Session) -> None:
+        # the draft's own session, as large as the target's request
+        if self.stream is None:
+            self.stream = self.rt.session(target.needed, target.spare)
+        else:
+            self.stream.reserve(target.needed, target.spare)
         self._slots = []
-        super().reset(needed, spare)
+        self.stream.warm_up()
 
     def _first_logits(self, committed: list[int], root: int) -> torch.Tensor:
-        cache = self.rt.cache
+        stream = self.stream
         keep = 0                                  # slots that agree with the committed text
         for a, b in zip(self._slots, committed):
             if a != b:
                 break
             keep += 1
-        if keep <= cache.length:
-            cache.truncate(keep)
+        if keep <= stream.length:
+            stream.truncate(keep)
         else:
-            cache.advance(keep - cache.length)   # the accepted draft path is already in place
+            stream.advance(keep - stream.length)  # the accepted draft path is already in place
         pending = committed[keep:]
         if len(pending) > CATCH_UP_ROWS:          # a new prompt: prefill it in chunks
-            self.rt.prefill(pending)
+            stream.prefill(pending)
             pending = []
         rows = pending + [root]
-        logits = self.rt.verify(rows, *chain(len(rows))).logits[-1]
-        cache.advance(len(pending))
+        logits = stream.verify(rows, *chain(len(rows))).logits[-1]
+        stream.advance(len(pending))
         return logits
 
     def _drafted(self, committed: list[int], root: int, fed: list[int]) -> None:

@@ -7,8 +7,8 @@ request's --max-new-tokens (or the end of text); the first side to cross it wins
 tok/s is its tokens over its own device time (the other side's turns are not counted against
 it), the figure it would show running alone, up to the cost of switching.
 
-Each side decodes into its own KV cache (and, on a GPU, its own captured graphs, which hold
-their cache's addresses): the runtime's are swapped in for the side whose turn it is.
+Each side's decoder holds its own session on the runtime (engine.model.runtime.Session: its own
+KV cache and, on a GPU, its own captured graphs).
 """
 
 from __future__ import annotations
@@ -39,11 +39,10 @@ class RaceUpdate:
 
 class _Side:
     def __init__(self, rt: Runtime, ids: list[int], settings: DecodeSettings,
-                 stop: threading.Event, profile, cache, buckets: dict) -> None:
+                 stop: threading.Event, profile) -> None:
         self.decoder = Decoder(rt, ids, settings, stop=stop, detail=False,
                                profile=profile if settings.adaptive else None)
         self.windows = self.decoder.windows()
-        self.cache, self.buckets = cache, buckets
         self.device_s = 0.0
         self.finished = False
 
@@ -53,17 +52,12 @@ class Race:
                  stop: threading.Event | None = None, profile=None) -> None:
         self.rt = rt
         self.stop = stop or threading.Event()
-        # side 0 keeps the runtime's own cache; side 1 gets one of the same size
-        own = (rt.cache, rt._buckets)
-        other = (rt.model.new_cache(rt.cache.capacity), {})
-        self.sides = [_Side(rt, prompt_ids, s, self.stop, profile, c, g)
-                      for s, (c, g) in zip((a, b), (own, other))]
+        self.sides = [_Side(rt, prompt_ids, s, self.stop, profile) for s in (a, b)]
         self.winner: int | None = None
 
     def _turn(self, i: int) -> WindowEvent | None:
-        """One window of side i on its own cache; None when its decoder has ended."""
-        rt, side = self.rt, self.sides[i]
-        rt.cache, rt._buckets = side.cache, side.buckets
+        """One window of side i; None when its decoder has ended."""
+        side = self.sides[i]
         t0 = time.perf_counter()
         try:
             ev = next(side.windows)
@@ -71,8 +65,6 @@ class Race:
             ev = None
         finally:
             side.device_s += time.perf_counter() - t0
-            # the decoder may have grown the cache (and dropped the graphs): keep what it left
-            side.cache, side.buckets = rt.cache, rt._buckets
         return ev
 
     def updates(self) -> Iterator[RaceUpdate]:
@@ -101,7 +93,6 @@ class Race:
         finally:
             for s in self.sides:
                 s.windows.close()
-            self.rt.cache, self.rt._buckets = self.sides[0].cache, self.sides[0].buckets
 
     def report(self) -> dict[str, Any]:
         return {"winner": self.winner,

@@ -61,8 +61,8 @@ def main() -> None:
         gpu["gpu_after_load"] = torch.cuda.memory_allocated(rt.device)
         gpu["gpu_peak_load"] = torch.cuda.max_memory_allocated(rt.device)
         if a.context:
-            rt.start(a.context)
-            rt.warm_up()
+            ses = rt.session(a.context)
+            ses.warm_up()
             torch.cuda.synchronize()
             gpu["context"] = a.context
             gpu["gpu_with_cache"] = torch.cuda.memory_allocated(rt.device)

@@ -150,7 +150,7 @@ def test_a_huge_claimed_context_runs_with_tables_sized_for_the_run(tmp_path) -> 
     rt = Runtime(loaded, "cpu", "float32")
     report = Decoder(rt, [5, 6, 7, 8], DecodeSettings(draft="lookup", max_new_tokens=6)).run()
     assert report["new_tokens"] >= 1
-    assert rt.model.cos.shape[0] <= 4096 and rt.cache.capacity <= 4096
+    assert rt.model.cos.shape[0] <= 4096 and rt.default_capacity <= 4096
 
 
 def test_non_finite_logits_stop_the_run_with_a_named_error(tmp_path) -> None:

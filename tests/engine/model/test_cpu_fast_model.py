@@ -93,12 +93,12 @@ def test_fast_logits_near_float32(fast_runtime, cpu_runtime, code_edit_prompts):
 
 
 def _ar_logits(rt, prompt, toks):
-    rt.start(len(prompt) + len(toks) + 8)
-    rt.prefill(prompt)
+    ses = rt.session(len(prompt) + len(toks) + 8)
+    ses.prefill(prompt)
     out = []
     for t in toks:
-        out.append(rt.verify([t], *chain(1)).logits)
-        rt.cache.advance(1)
+        out.append(ses.verify([t], *chain(1)).logits)
+        ses.advance(1)
     return torch.cat(out)
 
 
@@ -109,9 +109,9 @@ def test_window_rows_equal_one_row_passes_bitwise(fast_runtime, code_edit_prompt
         prompt, toks = ids[:-33], ids[-33:]
         ref = _ar_logits(rt, prompt, toks)
         for r in (2, 3, 5, 9, 17, 33):
-            rt.start(len(ids) + 8)
-            rt.prefill(prompt)
-            got = rt.verify(toks[:r], *chain(r)).logits
+            ses = rt.session(len(ids) + 8)
+            ses.prefill(prompt)
+            got = ses.verify(toks[:r], *chain(r)).logits
             assert torch.equal(got, ref[:r]), (p["id"], r, (got - ref[:r]).abs().max().item())
 
 
@@ -150,9 +150,9 @@ def test_tree_rows_on_side_branches_equal_one_row_passes_bitwise(fast_runtime, c
         base = len(tokens)                                             # the real chain again
         tokens += toks[1:]
         parents += [0] + list(range(base, base + 10))
-        rt.start(len(ids) + 80)
-        rt.prefill(prompt)
-        got = rt.verify(tokens, *_tree(parents)).logits
+        ses = rt.session(len(ids) + 80)
+        ses.prefill(prompt)
+        got = ses.verify(tokens, *_tree(parents)).logits
         assert torch.equal(got[:12], ref), (n_decoy, at, "first branch")
         late = [0] + list(range(base, base + 11))
         assert torch.equal(got[late], ref), (n_decoy, at, (got[late] - ref).abs().max().item())

@@ -21,9 +21,9 @@ def encoded(cpu_runtime, code_edit_prompts):
 def test_last_position_logits_match_transformers(cpu_runtime, hf_model, encoded) -> None:
     rt = cpu_runtime
     for ids in encoded:
-        rt.start(len(ids) + 8)
-        rt.prefill(ids[:-1])
-        ours = rt.verify([ids[-1]], *chain(1)).logits[0]
+        ses = rt.session(len(ids) + 8)
+        ses.prefill(ids[:-1])
+        ours = ses.verify([ids[-1]], *chain(1)).logits[0]
         with torch.inference_mode():
             ref = hf_model(torch.tensor([ids])).logits[0, -1]
         assert (ours - ref).abs().max().item() < 1e-3
@@ -57,10 +57,10 @@ def _path(i: int) -> list[int]:
 def _tree_window_matches_sequential(rt, ref_model, prefix: list[int], tokens: list[int], tol: float) -> None:
     """One verify pass over the tree; row i's logits must equal the reference model's at the end
     of prefix + the tokens on row i's path, computed as a plain sequence."""
-    rt.start(len(prefix) + len(tokens) + 8)
-    rt.prefill(prefix)
+    ses = rt.session(len(prefix) + len(tokens) + 8)
+    ses.prefill(prefix)
     tree = TokenTree.from_rows(tokens, PARENTS)
-    ours = rt.verify(tokens, tree.row_depths, tree.ancestor_mask()).logits     # [R, V]
+    ours = ses.verify(tokens, tree.row_depths, tree.ancestor_mask()).logits     # [R, V]
     assert ours.shape[0] == len(tokens)
     for i in range(len(tokens)):
         seq = prefix + [tokens[j] for j in _path(i)]
@@ -89,9 +89,9 @@ def test_tiny_hf_folders_give_transformers_logits(arch: str, tmp_path) -> None:
     ref_model = tiny_model(arch)
     rt = Runtime(load_model(folder), "cpu", "float32", capacity=64)
     ids = [5, 17, 99, 3, 42, 42, 7, 64, 11]
-    rt.start(32)
-    rt.prefill(ids[:-1])
-    ours = rt.verify([ids[-1]], *chain(1)).logits[0]
+    ses = rt.session(32)
+    ses.prefill(ids[:-1])
+    ours = ses.verify([ids[-1]], *chain(1)).logits[0]
     with torch.inference_mode():
         ref = ref_model(torch.tensor([ids])).logits[0, -1]
     assert (ours - ref).abs().max().item() < 1e-4

@@ -58,10 +58,10 @@ def test_frequencies_and_attention_factor_equal_transformers(case, tmp_path):
 
 def _chain_logits(rt: Runtime, ids: list[int], committed: int) -> torch.Tensor:
     """Logits of rows committed..len(ids)-1, as one verify pass of a chain after a prefill."""
-    rt.start(len(ids) + 1)
-    rt.prefill(ids[:committed])
+    ses = rt.session(len(ids) + 1)
+    ses.prefill(ids[:committed])
     rest = ids[committed:]
-    return rt.verify(rest, *chain(len(rest))).logits
+    return ses.verify(rest, *chain(len(rest))).logits
 
 
 IDS = torch.randint(3, 128, (160,), generator=torch.Generator().manual_seed(7)).tolist()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.errors import ParameterError
-from engine.model.runtime import Runtime
+from engine.model.runtime import Runtime, chain
 from engine.speculation.tree import TokenTree
 
 
@@ -29,9 +29,9 @@ def test_bucketed_verify_equals_eager(runtimes, tokenizer) -> None:
     tree = TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
     out = []
     for rt in (eager, bucketed):
-        rt.start(len(prefix) + 64)
-        rt.prefill(prefix[:-1])
-        out.append(rt.verify(tokens, tree.row_depths, tree.ancestor_mask()))
+        ses = rt.session(len(prefix) + 64)
+        ses.prefill(prefix[:-1])
+        out.append(ses.verify(tokens, tree.row_depths, tree.ancestor_mask()))
     torch.testing.assert_close(out[0].logits, out[1].logits, atol=1e-4, rtol=1e-4)
     assert torch.equal(out[0].top_ids[:, 0], out[1].top_ids[:, 0])
 
@@ -39,4 +39,32 @@ def test_bucketed_verify_equals_eager(runtimes, tokenizer) -> None:
 def test_prompt_longer_than_context_is_a_clear_error(runtimes) -> None:
     eager, _ = runtimes
     with pytest.raises(ParameterError, match="context"):
-        eager.start(eager.config.max_context + 1)
+        eager.session(eager.config.max_context + 1)
+
+
+def test_sessions_are_independent_streams_and_scratch_passes_commit_nothing(runtimes, tokenizer) -> None:
+    """Two sessions on one runtime keep their own caches (a race's two sides); a scratch pass
+    at a length past the committed one leaves the committed keys and length alone and refuses
+    a length below it; a closed session is handed to the next request with its graphs."""
+    _, rt = runtimes
+    a_ids = tokenizer.encode("def add(a, b):\n    return a + b\n")
+    b_ids = tokenizer.encode("The capital of France is")
+    a, b = rt.session(64), rt.session(64)
+    a.prefill(a_ids[:-1])
+    b.prefill(b_ids[:-1])
+    alone = rt.session(64)
+    alone.prefill(a_ids[:-1])
+    ref = alone.verify([a_ids[-1]], *chain(1)).logits
+    alone.close()
+    before = a.cache.kv[:, :, :, :a.length].clone()
+    n = a.length
+    a.scratch([7, 8, 9], *chain(3), at=n + 5)          # a draft or timing pass past the text
+    assert a.length == n and torch.equal(a.cache.kv[:, :, :, :n], before)
+    with pytest.raises(ParameterError, match="committed"):
+        a.scratch([7], *chain(1), at=n - 1)
+    torch.testing.assert_close(a.verify([a_ids[-1]], *chain(1)).logits, ref)
+    assert b.length == len(b_ids) - 1
+    graphs = dict(a._buckets)
+    a.close()
+    again = rt.session(32)
+    assert again is a and again.length == 0 and again._buckets == graphs

@@ -23,7 +23,7 @@ import torch
 
 from engine.speculation.decoder import Decoder
 from engine.io.prompts import encode_prompt
-from engine.model.runtime import chain
+from engine.model.runtime import Session, chain
 from engine.speculation.sampling import SamplingConfig
 from engine.speculation.settings import DecodeSettings
 
@@ -59,16 +59,18 @@ def rt(cpu_runtime):
     prefill is stored once and copied back when the same prompt is decoded again (every decode
     here starts from one of three prompts; a prefill costs ~2 s on 2 CPU cores). Decode steps,
     verification and commits are untouched."""
-    real = cpu_runtime.prefill
+    real = Session.prefill
     saved: dict[tuple[int, ...], torch.Tensor] = {}
 
-    def prefill(ids: list[int]) -> None:
-        cache, key = cpu_runtime.cache, tuple(ids)
+    def prefill(session: Session, ids: list[int]) -> None:
+        cache, key = session.cache, tuple(ids)
+        if session.runtime is not cpu_runtime:
+            return real(session, ids)
         if cache.length == 0 and key in saved:
             cache.kv[:, :, :, :len(ids)] = saved[key]    # kv: [L, 2, H_kv, C, D]
             cache.advance(len(ids))
             return
-        real(ids)
+        real(session, ids)
         if cache.length == len(ids):
             saved[key] = cache.kv[:, :, :, :len(ids)].clone()
 
@@ -78,7 +80,7 @@ def rt(cpu_runtime):
     torch.set_num_threads(1)
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(cpu_runtime, "prefill", prefill)
+            mp.setattr(Session, "prefill", prefill)
             yield cpu_runtime
     finally:
         torch.set_num_threads(threads)
@@ -188,10 +190,10 @@ def test_sampled_speculation_with_penalties_stays_in_top_k(rt, prompts):
     for t, (_, top) in zip(toks, per_token):
         assert t in {i for i, p in top if p > 0}
     # independently: one plain forward over the emitted sequence, penalties recomputed here
-    rt.start(len(ids) + len(toks) + 1)
-    rt.prefill(ids[:-1])
+    ses = rt.session(len(ids) + len(toks) + 1)
+    ses.prefill(ids[:-1])
     seq = ids + toks
-    logits = rt.verify(seq[len(ids) - 1:-1], *chain(len(toks))).logits  # [n, V]
+    logits = ses.verify(seq[len(ids) - 1:-1], *chain(len(toks))).logits  # [n, V]
     W = s.sampling.penalty_window
     changed = 0
     for k, t in enumerate(toks):

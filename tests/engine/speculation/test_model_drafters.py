@@ -82,17 +82,17 @@ def test_the_draft_cache_follows_the_committed_text(tiny_paths, draft_arch):
     s = DecodeSettings(draft="model", draft_model="tiny llama", depth=3, max_new_tokens=20)
     ids = target.tokenizer.encode("the cat sat on the mat")
     dec = Decoder(target, ids, s, draft_runtime=draft)
-    fresh = Runtime(draft.loaded, "cpu", "float32")
-    fresh.start(256)
+    fresh = Runtime(draft.loaded, "cpu", "float32").session(256)
     for _ in dec.windows():
         ctx = dec.context
         # the drafter catches up lazily, at its next proposal: do what it does, then compare
         dec.drafter._first_logits(ctx[:-1], ctx[-1])
-        n = draft.cache.length
+        mine = dec.drafter.stream
+        n = mine.length
         assert n == len(ctx) - 1
-        fresh.cache.reset()
+        fresh.reserve(256)
         fresh.prefill(ctx[:-1])
-        torch.testing.assert_close(draft.cache.kv[:, :, :, :n], fresh.cache.kv[:, :, :, :n])
+        torch.testing.assert_close(mine.cache.kv[:, :, :, :n], fresh.cache.kv[:, :, :, :n])
 
 
 def test_early_exit_drafts_with_the_first_k_layers(cpu_runtime):
@@ -101,21 +101,22 @@ def test_early_exit_drafts_with_the_first_k_layers(cpu_runtime):
     changes the committed cache."""
     rt = cpu_runtime
     ids = rt.tokenizer.encode("def add(a, b):\n    return")
-    rt.start(64)
-    rt.prefill(ids[:-1])
-    before = rt.cache.kv[:, :, :, :rt.cache.length].clone()
+    ses = rt.session(64)
+    ses.prefill(ids[:-1])
+    before = ses.cache.kv[:, :, :, :ses.length].clone()
     drafter = EarlyExitDrafter(rt, 3)
+    drafter.begin(ses)
     index = NgramIndex(1, 4)
     index.extend(ids)
     tree = drafter.propose(index, ids[-1], depth=3, width=1, budget_rows=8)
     assert len(tree) == 3 and tree.parents == (-1, 0, 1) and tree.q is not None
-    torch.testing.assert_close(rt.cache.kv[:, :, :, :rt.cache.length], before)
+    torch.testing.assert_close(ses.cache.kv[:, :, :, :ses.length], before)
     # reference: the same chain through a forward of a 3-layer copy of the model
     layers = rt.model.layers
     try:
         rt.model.layers = layers[:3]
         seq = [ids[-1], *tree.tokens[:-1]]
-        ref = rt.verify(seq, *chain(len(seq))).logits
+        ref = ses.verify(seq, *chain(len(seq))).logits
     finally:
         rt.model.layers = layers
     assert [int(t) for t in ref.argmax(-1)] == list(tree.tokens)
@@ -132,11 +133,12 @@ def test_a_model_drafted_tree_keeps_the_draft_distribution_of_every_node(cpu_run
     from engine.speculation.sampling import Rng, SamplingConfig
     rt = cpu_runtime
     ids = rt.tokenizer.encode("The capital of France is Paris. The capital of Italy is")
-    rt.start(64)
-    rt.prefill(ids[:-1])
+    ses = rt.session(64)
+    ses.prefill(ids[:-1])
     index = NgramIndex(1, 4)
     index.extend(ids)
     drafter = EarlyExitDrafter(rt, 3)
+    drafter.begin(ses)
     tree = drafter.propose(index, ids[-1], depth=3, width=2, budget_rows=64)
     kids = [tree.children(i) for i in range(-1, len(tree))]
     assert len(tree.children(-1)) == 2 and max(tree.depths) == 3
@@ -145,7 +147,7 @@ def test_a_model_drafted_tree_keeps_the_draft_distribution_of_every_node(cpu_run
     layers = rt.model.layers
     try:
         rt.model.layers = layers[:3]
-        ref = rt.verify([ids[-1], *tree.tokens], tree.row_depths, tree.ancestor_mask()).logits
+        ref = ses.verify([ids[-1], *tree.tokens], tree.row_depths, tree.ancestor_mask()).logits
     finally:
         rt.model.layers = layers
     for i, parent in enumerate(tree.parents):
