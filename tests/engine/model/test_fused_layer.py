@@ -85,16 +85,16 @@ def test_fused_forward_matches_the_plain_forward(tmp_path, arch, v_type):
     prompt = [5, 17, 33, 9, 70, 41, 12, 3, 99, 27, 64]
     outs = []
     for rt in (plain, fused):
-        rt.start(40)
-        rt.prefill(prompt)
-        outs.append(rt.verify([7, 21, 55, 8, 19], *chain(5)).logits)
+        s = rt.session(40)
+        s.prefill(prompt)
+        outs.append(s.verify([7, 21, 55, 8, 19], *chain(5)).logits)
     ref, got = outs
     scale = ref.abs().max()
     assert (got - ref).abs().max() <= 2e-4 * scale, ((got - ref).abs().max(), scale)
     assert torch.equal(got.argmax(-1), ref.argmax(-1))
     with pytest.raises(RuntimeError, match="interleaved"):
         fused.model.fused = None
-        fused.verify([7], *chain(1))
+        s.verify([7], *chain(1))
 
 
 @child_only
@@ -113,20 +113,21 @@ def test_fused_verify_rows_equal_one_row_passes(tmp_path, arch, v_type):
     _fuse(rt)
     prompt = [5, 17, 33, 9, 70, 41, 12]
     toks = [7, 21, 55, 8, 19, 4]
-    rt.start(40)
-    rt.prefill(prompt)
-    window = rt.verify(toks, *chain(len(toks))).logits
+    s = rt.session(40)
+    s.prefill(prompt)
+    window = s.verify(toks, *chain(len(toks))).logits
     alone = []
     for t in toks:
-        alone.append(rt.verify([t], *chain(1)).logits[0])
-        rt.cache.commit([0])
+        alone.append(s.verify([t], *chain(1)).logits[0])
+        s.commit([0])
     assert all(torch.equal(window[i], alone[i]) for i in range(len(toks)))
     # a tree: root, a decoy child, then the real chain under the root at later slots
-    rt.start(40)
-    rt.prefill(prompt)
+    s.close()
+    s = rt.session(40)
+    s.prefill(prompt)
     tokens = [toks[0], 88, toks[1], toks[2]]
     depths = [0, 1, 1, 2]
     anc = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)
-    tree = rt.verify(tokens, depths, anc).logits
+    tree = s.verify(tokens, depths, anc).logits
     assert torch.equal(tree[0], alone[0]) and torch.equal(tree[2], alone[1]) \
         and torch.equal(tree[3], alone[2])
