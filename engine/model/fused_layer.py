@@ -10,6 +10,11 @@ every verify row stays bit-identical to the one-row pass). A layer:
       -> o partials -> _residual_norm_kernel (x += o; h = norm(x))
       -> gate|up with the SwiGLU epilogue -> down partials -> _residual_norm_kernel
 
+A long prefill (at least DENSE_PREFILL_ROWS rows, every weight of a type
+engine.weights.triton_unpack takes) dequantizes each weight into a scratch matrix and runs the
+vendor GEMM instead of the packed kernel, which would re-stream the weight every 64 rows; the
+fused kernels around it are the same (prefill rows need no invariance: they are committed).
+
 Selected by `fused_forward_for` on a GPU when every linear weight of every layer is packed in a
 type the Triton kernels take; SPECSCOPE_FUSED=0 turns it off (the plain forward, for
 comparisons). Imported lazily: it imports Triton.
@@ -29,6 +34,8 @@ from engine.weights import PackedWeight
 
 if TYPE_CHECKING:
     from engine.model.transformer import Transformer
+
+DENSE_PREFILL_ROWS = 32
 
 
 def fused_forward_for(model: "Transformer") -> "FusedForward | None":
@@ -87,6 +94,9 @@ class FusedForward:
             lin.parts[0] = PackedWeight(w.qtype, w.shape,
                                         {p: t.index_select(0, perm) for p, t in w.planes.items()})
             lin.swiglu_block = hb          # the plain forward refuses a layer marked so
+        # SPECSCOPE_DENSE_PREFILL=0: prefill on the packed kernels too (for comparisons)
+        self.dense_prefill = (self._dense_ok()
+                              and os.environ.get("SPECSCOPE_DENSE_PREFILL", "1") != "0")
 
     def _norm(self, ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor,
               w: torch.Tensor) -> None:
@@ -100,14 +110,36 @@ class FusedForward:
             x.stride(0), h.stride(0), self.model.cfg.rms_eps,
             S=0 if ws is None else ws.shape[0], BLOCK=block, num_warps=4 if block <= 2048 else 8)
 
-    def _qkv_rope(self, L: dict, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
-                  positions: torch.Tensor, slots: torch.Tensor) -> None:
-        from engine.model.triton_fused import _qkv_rope_kernel
+    @staticmethod
+    def _partials(x: torch.Tensor, w: PackedWeight, dense: bool) -> torch.Tensor:
+        """x @ w.T as float32 partial sums [S, R, N]: the packed kernel's split-K partials, or
+        (dense) one product of the vendor GEMM with w dequantized into a scratch matrix."""
+        if dense:
+            from engine.weights.triton_unpack import dequantize_dense
+            W = dequantize_dense(w, torch.empty(w.shape, dtype=x.dtype, device=x.device))
+            return F.linear(x, W).float().unsqueeze(0)
         from engine.weights.triton_kernels import packed_partials
+        return packed_partials(x, w)
+
+    def _swiglu(self, h: torch.Tensor, w: PackedWeight, hb: int, dense: bool) -> torch.Tensor:
+        from engine.weights.triton_kernels import packed_swiglu, swiglu_from_partials
+        if not dense:
+            return packed_swiglu(h, w)
+        out = torch.empty(h.shape[0], w.shape[0] // 2, dtype=h.dtype, device=h.device)
+        return swiglu_from_partials(self._partials(h, w, True), hb, out)
+
+    def _dense_ok(self) -> bool:
+        from engine.weights.triton_unpack import DENSE_TYPES
+        return all(p.qtype in DENSE_TYPES for L in self.model.layers
+                   for k in ("qkv", "o", "gate_up", "down") for p in L[k].parts)
+
+    def _qkv_rope(self, L: dict, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
+                  positions: torch.Tensor, slots: torch.Tensor, dense: bool) -> None:
+        from engine.model.triton_fused import _qkv_rope_kernel
         m, cfg = self.model, self.model.cfg
         lin = L["qkv"]
-        wa = packed_partials(h, lin.parts[0])
-        wb = packed_partials(h, lin.parts[1]) if len(lin.parts) > 1 else wa
+        wa = self._partials(h, lin.parts[0], dense)
+        wb = self._partials(h, lin.parts[1], dense) if len(lin.parts) > 1 else wa
         kc, vc = kv[0], kv[1]                                   # [Hkv, C, D]
         R, Hq, D = q.shape
         Hkv = kc.shape[0]
@@ -125,9 +157,9 @@ class FusedForward:
                 cache: KVCache, slots: torch.Tensor, last_only: bool = False,
                 layout: WindowLayout | None = None, exit_layer: int | None = None) -> torch.Tensor:
         """Transformer.forward's contract (read it there)."""
-        from engine.weights.triton_kernels import packed_partials, packed_swiglu
         m, cfg = self.model, self.model.cfg
         R = tokens.shape[0]
+        dense = last_only and R >= DENSE_PREFILL_ROWS and self.dense_prefill
         Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         attend = (m.verify_attention(layout)
                   if m.verify_attention is not None and layout is not None and not last_only
@@ -139,15 +171,15 @@ class FusedForward:
         layers = m.layers[:exit_layer]
         self._norm(None, x, h, layers[0]["attn_norm"])
         for i, L in enumerate(layers):
-            self._qkv_rope(L, h, q, cache.kv[i], positions, slots)
+            self._qkv_rope(L, h, q, cache.kv[i], positions, slots, dense)
             if attend is not None:
                 a = attend(q, cache.kv[i, 0], cache.kv[i, 1]).reshape(R, Hq * D)
             else:
                 a = sdpa_gqa(q, cache, i, bias)
-            self._norm(packed_partials(a, L["o"].parts[0]), x, h, L["mlp_norm"])
-            act = packed_swiglu(h, L["gate_up"].parts[0])
+            self._norm(self._partials(a, L["o"].parts[0], dense), x, h, L["mlp_norm"])
+            act = self._swiglu(h, L["gate_up"].parts[0], L["gate_up"].swiglu_block, dense)
             nxt = layers[i + 1]["attn_norm"] if i + 1 < len(layers) else m.norm
-            self._norm(packed_partials(act, L["down"].parts[0]), x, h, nxt)
+            self._norm(self._partials(act, L["down"].parts[0], dense), x, h, nxt)
         if last_only:
             h = h[-1:]
         return m.lm_head(h, invariant=attend is not None).float()

@@ -30,7 +30,11 @@ import triton.language as tl
 
 from engine.model.attention import BLOCK, WindowLayout
 
-SPLIT_BLOCKS = 4                 # blocks per split: a split covers 256 logical positions
+import os
+
+# blocks per split (a split covers SPLIT_BLOCKS * 64 logical positions); any fixed value keeps
+# rows exact. SPECSCOPE_ATTN_SPLIT_BLOCKS is for measuring the choice on a card.
+SPLIT_BLOCKS = int(os.environ.get("SPECSCOPE_ATTN_SPLIT_BLOCKS", "4"))
 
 
 @triton.jit

@@ -76,6 +76,7 @@ from .triton_int8 import _i8_matmul
 from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel
 
 __all__ = ["packed_matmul", "packed_partials", "packed_swiglu", "swiglu_block", "kernel_config",
+           "swiglu_from_partials",
            "SUPPORTED_QTYPES", "MAX_ROWS"]
 
 BK = 256               # K values per tile (one K-quant superblock, eight 32-blocks)
@@ -282,7 +283,6 @@ def packed_swiglu(x: torch.Tensor, w) -> torch.Tensor:
     """silu(gate) * up for a gate|up weight interleaved in blocks of ``swiglu_block(w)`` rows
     (gate rows bHB.. then up rows bHB.., block after block). x: [M, K] -> [M, N/2] in x.dtype:
     in the matmul's epilogue when the shape is not split, else partials and one reduction."""
-    from engine.model.triton_fused import _reduce_swiglu_kernel
     qtype, n, k, x2, planes, cfg = _operands(x, w, {})
     m = x2.shape[0]
     out = torch.empty((m, n // 2), dtype=x.dtype, device=x.device)
@@ -291,11 +291,18 @@ def packed_swiglu(x: torch.Tensor, w) -> torch.Tensor:
     if cfg["splits"] == 1:
         _launch(x2.contiguous(), planes, qtype, n, k, cfg, out.view(-1), n // 2, 0, False, swiglu=True)
         return out
-    ws = packed_partials(x2, w)
+    return swiglu_from_partials(packed_partials(x2, w), cfg["BN"] // 2, out)
+
+
+def swiglu_from_partials(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:
+    """out [M, N/2] = silu(gate) * up from the partial sums ws [S, M, N] of a gate|up product
+    whose columns are interleaved in blocks of hb (``packed_swiglu``)."""
+    from engine.model.triton_fused import _reduce_swiglu_kernel
+    S, m, n = ws.shape
     blk = 1024
     _reduce_swiglu_kernel[(m, triton.cdiv(n // 2, blk))](
-        ws, out, n // 2, ws.stride(0), ws.stride(1), out.stride(0), HB=cfg["BN"] // 2,
-        S=cfg["splits"], BLOCK=blk, num_warps=4)
+        ws, out, n // 2, ws.stride(0), ws.stride(1), out.stride(0), HB=hb, S=S, BLOCK=blk,
+        num_warps=4)
     return out
 
 

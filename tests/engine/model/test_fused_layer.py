@@ -83,6 +83,9 @@ def test_fused_forward_matches_the_plain_forward(tmp_path, arch, v_type):
     if v_type is not None:
         assert len(fused.model.layers[0]["qkv"].parts) == 2      # q|k and v: two partial buffers
     prompt = [5, 17, 33, 9, 70, 41, 12, 3, 99, 27, 64]
+    if arch == "qwen2":     # a prefill of 40 rows: the dense route (dequantize + GEMM)
+        prompt = [(7 * i + 3) % 120 + 4 for i in range(40)]
+        assert fused.model.fused.dense_prefill
     outs = []
     for rt in (plain, fused):
         s = rt.session(40)
@@ -131,3 +134,16 @@ def test_fused_verify_rows_equal_one_row_passes(tmp_path, arch, v_type):
     tree = s.verify(tokens, depths, anc).logits
     assert torch.equal(tree[0], alone[0]) and torch.equal(tree[2], alone[1]) \
         and torch.equal(tree[3], alone[2])
+
+
+@child_only
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1"])
+def test_dense_unpack_equals_gguf_dequantization(qtype):
+    """The prefill's dequantization kernel gives gguf's float32 values exactly."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from bench_packed_matmul import make_weight       # random valid planes, sane scales
+    from engine.weights.packed import dequantize_packed
+    from engine.weights.triton_unpack import dequantize_dense
+    pw = make_weight(qtype, 24, 512, seed=3, device="cpu")
+    out = dequantize_dense(pw, torch.empty(24, 512))
+    assert torch.equal(out, dequantize_packed(pw))
