@@ -34,7 +34,7 @@ import os
 
 # blocks per split (a split covers SPLIT_BLOCKS * 64 logical positions); any fixed value keeps
 # rows exact. SPECSCOPE_ATTN_SPLIT_BLOCKS is for measuring the choice on a card.
-SPLIT_BLOCKS = int(os.environ.get("SPECSCOPE_ATTN_SPLIT_BLOCKS", "4"))
+SPLIT_BLOCKS = int(os.environ.get("SPECSCOPE_ATTN_SPLIT_BLOCKS", "2"))
 
 
 @triton.jit
