@@ -107,7 +107,7 @@ class PartsFactory:
         spec = _drafter_spec(s)
         if spec == self._spec:
             return self.drafter
-        if self._spec is not None and MODEL_DRAFTERS & {s.draft, self._spec[0]}:
+        if self._spec is not None and (s.draft in MODEL_DRAFTERS or self._spec[0] in MODEL_DRAFTERS):
             self.chooser = None            # another model drafter: another draft price
         if self._spec is not None:
             self.takeover = None

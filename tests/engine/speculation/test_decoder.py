@@ -105,3 +105,22 @@ def test_the_typed_report_keeps_the_json_keys_and_round_trips(cpu_runtime) -> No
     assert RunHeader.from_dict(json.loads(json.dumps(head.to_dict()))) == head
     assert head.prompt_tokens == len(ids) and head.settings["draft"] == "lookup"
     assert RunHeader.from_dict({"settings": {"draft": "tree"}, "future": 1}).model == ""
+
+
+def test_switching_drafters_mid_run_rebuilds_through_the_factory(cpu_runtime) -> None:
+    """n-gram tree -> early exit (a model drafter begins on the run's session) -> lookup, between
+    windows: greedy output unchanged, each window names the drafter that drafted it."""
+    ids = cpu_runtime.tokenizer.encode("def area(w, h):\n    return w * h\n\n\ndef area(w, h):\n")
+    ref = Decoder(cpu_runtime, ids, DecodeSettings(draft="none", max_new_tokens=16)).run()
+    s = DecodeSettings(draft="tree", depth=4, width=2, max_new_tokens=16)
+    controls: queue.Queue = queue.Queue()
+    dec = Decoder(cpu_runtime, ids, s, controls=controls, detail=False)
+    seen = []
+    for i, ev in enumerate(dec.windows()):
+        seen.append(ev.drafter)
+        if i == 0:
+            controls.put(dataclasses.replace(s, draft="early-exit", exit_layer=6, depth=2, width=1))
+        if i == 2:
+            controls.put(dataclasses.replace(s, draft="lookup"))
+    assert dec.report()["tokens"] == ref["tokens"]
+    assert seen[0] == "tree" and seen[1:3] == ["early-exit"] * 2 and set(seen[3:]) <= {"lookup"}
