@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import code_edit_prompts, median, record  # noqa: E402
 
-from engine.speculation.drafters import LookupDrafter, TreeDrafter  # noqa: E402
+from engine.speculation.drafters import DraftRequest, LookupDrafter, TreeDrafter  # noqa: E402
 from engine.io.gguf_file import read_gguf  # noqa: E402
 from engine.io.load import default_model_path  # noqa: E402
 from engine.speculation.ngram import NgramIndex  # noqa: E402
@@ -68,7 +68,7 @@ def time_index(stream: list[int], n_min: int, n_max: int, depth: int, width: int
         idx.append(tok)
         for name, d in drafters.items():
             t0 = clock()
-            d.propose(idx, tok, depth, width, 1 + depth * width)
+            d.propose(DraftRequest.of(idx, depth, width, 1 + depth * width))
             t_propose[name].append((clock() - t0) / 1e3)
     out = {"extend_us": {"median": median(t_extend), "p99": percentile(t_extend, 0.99)},
            "lookup_us": {"median": median(t_lookup), "p99": percentile(t_lookup, 0.99)}}

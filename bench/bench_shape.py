@@ -27,11 +27,10 @@ from engine.speculation.tree import TokenTree, build_trie  # noqa: E402
 class EvenTree(TreeDrafter):
     """Every branch to the full depth (the drafter's first shape), for comparison."""
 
-    def propose(self, index, root, depth, width, budget_rows):
-        cands = self.candidates(index, depth, width)
-        tree = build_trie(root, cands, 1 + depth * width) if cands else TokenTree.empty(root)
-        self._last = tree
-        return tree
+    def propose(self, req):
+        cands = self.candidates(req.index, req.depth, req.width)
+        return (build_trie(req.root, cands, 1 + req.depth * req.width) if cands
+                else TokenTree.empty(req.root))
 
 
 def main() -> None:
@@ -54,13 +53,8 @@ def main() -> None:
         ids = encode_prompt(rt.tokenizer, p["messages"])
         for name, s, cls in configs:
             dec = Decoder(rt, ids, s, detail=False)
-            if cls is not None:
-                configure = dec._configure
-
-                def with_drafter(dec=dec, configure=configure, cls=cls):
-                    configure()
-                    dec.drafter = cls()
-                dec._configure = with_drafter
+            if cls is not None:          # the factory keeps it while the settings' drafter stays
+                dec.factory.drafter = cls()
             r = dec.run()
             totals[name][0] += r["new_tokens"]
             totals[name][1] += r["windows"]

@@ -121,11 +121,10 @@ def cmd_generate(a: argparse.Namespace) -> int:
                       weights=a.weights)
     ids = encode_prompt(rt.tokenizer, prompt)
     dec = Decoder(rt, ids, settings, detail=False,
-                  open_model=draft_opener(rt, weights=a.weights))
+                  open_model=draft_opener(rt, weights=a.weights),
+                  progress=None if quiet else Progress())   # a first --adaptive run probes
     if dec.notice:                            # e.g. a draft model larger than the target
         print(f"specscope: {dec.notice}", file=sys.stderr)
-    if not quiet:
-        dec.progress = Progress()     # a first --adaptive run probes the device
     if quiet:
         report = dec.run()
         print(json.dumps(report, ensure_ascii=False))

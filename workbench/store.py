@@ -10,24 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.cost.acceptance import DepthTally, expected_tokens, path_tokens
 from engine.speculation.events import WindowEvent
-
-
-def theory_tokens_per_pass(alpha: float, gamma: int) -> float:
-    """Expected tokens one window emits with `gamma` drafts, each accepted i.i.d. with prob. alpha:
-    (1 − α^(γ+1)) / (1 − α)  (Leviathan et al., 2023, eq. 1)."""
-    if alpha >= 1.0:
-        return float(gamma + 1)
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
 @dataclass(frozen=True)
 class DepthAcceptance:
-    depths: list[int]          # 1 .. max proposed depth
-    reach: list[float]         # P(accepted path reaches depth d | a draft of depth d was proposed)
-    windows: list[int]         # how many windows proposed depth d
+    """Acceptance by depth as the run report counts it (engine.cost.acceptance.DepthTally)."""
+
+    depths: list[int]          # 1 .. deepest depth tried
+    rates: list[float]         # a_d = P(accepted at depth d | a node at depth d was tried): the
+                               # report's accept_rate_by_depth
+    reach: list[float]         # P(the accepted path reaches depth d) = prod_{i<=d} a_i
+    windows: list[int]         # how many windows tried depth d
     alpha: float | None        # per-draft acceptance, maximum-likelihood over all windows
-    measured_tokens: list[float]  # 1 + Σ_{d'≤γ} reach[d'] for γ = 0 .. max depth
+    measured_tokens: list[float]  # 1 + Σ_{j≤γ} Π_{d≤j} a_d for γ = 0 .. max depth
     theory_tokens: list[float]    # (1 − α^(γ+1)) / (1 − α) for γ = 0 .. max depth
 
 
@@ -56,31 +53,15 @@ class EventStore:
     # ---- derived figures, always "up to and including window `upto`" ---------------------------
 
     def acceptance(self, upto: int) -> DepthAcceptance:
-        evs = self.events[: upto + 1]
-        max_d = max((max(e.depths) for e in evs if e.depths), default=0)
-        proposed = [0] * (max_d + 1)
-        reached = [0] * (max_d + 1)
-        succ = fail = 0
-        for e in evs:
-            if not e.depths:
-                continue
-            d_max, length = max(e.depths), len(e.accepted_path)
-            for d in range(1, d_max + 1):
-                proposed[d] += 1
-                if length >= d:
-                    reached[d] += 1
-            # each window is a run of Bernoulli trials down the tree: `length` successes, then one
-            # failure unless the whole proposed depth was accepted
-            succ += length
-            fail += 1 if length < d_max else 0
-        alpha = succ / (succ + fail) if succ + fail else None
-        depths = list(range(1, max_d + 1))
-        reach = [reached[d] / proposed[d] if proposed[d] else 0.0 for d in depths]
-        measured = [1.0]
-        for r in reach:
-            measured.append(measured[-1] + r)
-        theory = [theory_tokens_per_pass(alpha, g) for g in range(max_d + 1)] if alpha is not None else []
-        return DepthAcceptance(depths, reach, [proposed[d] for d in depths], alpha, measured, theory)
+        tally = DepthTally()
+        for e in self.events[: upto + 1]:
+            tally.add(e.parents, e.accepted_path)
+        rates, alpha = tally.rates(), tally.alpha
+        measured = path_tokens(rates)                      # 1 + the running sum of reach
+        reach = [b - a for a, b in zip(measured, measured[1:])]
+        theory = [expected_tokens(alpha, g) for g in range(len(rates) + 1)] if alpha is not None else []
+        return DepthAcceptance(list(range(1, len(rates) + 1)), rates, reach, list(tally.tried),
+                               alpha, measured, theory)
 
     def series(self, upto: int) -> dict[str, list[float]]:
         """Per-window series for the stats and roofline views."""

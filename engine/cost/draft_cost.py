@@ -31,9 +31,20 @@ from typing import Any, Sequence
 
 from engine.cost.profile import CostProfile
 from engine.errors import ParameterError
+from engine.limits import MAX_ROWS
 
-MAX_ROWS = 64
 EXIT_REPEATS = 5
+
+
+def model_tree_rows(depth: int, width: int) -> int:
+    """Verify rows of a model-drafted tree: the root, `width` children at depth 1 and
+    `width` x `width` at each deeper level (at most MAX_ROWS)."""
+    return min(MAX_ROWS, 1 + width + (depth - 1) * width * width)
+
+
+def model_rows(depth: int, width: int) -> int:
+    """Verify rows of a model-drafted window: a chain, or the level-by-level tree."""
+    return 1 + depth if width <= 1 else model_tree_rows(depth, width)
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,7 @@ class DraftCost:
             return depth * self.one_row_ms
         total = self.one_row_ms
         for j in range(1, depth):
-            total += self.pass_ms(min(MAX_ROWS, 1 + width + (j - 1) * width * width))
+            total += self.pass_ms(model_tree_rows(j, width))     # the tree so far
         return total
 
 
@@ -136,7 +147,7 @@ def draft_break_even(target: CostProfile, cost: DraftCost, depths: Sequence[int]
     a window can emit at most depth + 1 tokens, so a break-even above that never pays."""
     out = []
     for k in depths:
-        rows = 1 + k if width <= 1 else min(MAX_ROWS, 1 + width + (k - 1) * width * width)
+        rows = model_rows(k, width)
         d = cost.draft_ms(k, width)
         w = d + target.ms(rows)
         out.append((k, rows, d, w, w / target.ms(1)))

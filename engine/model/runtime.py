@@ -34,6 +34,7 @@ from engine.model.cache import KVCache
 from engine.model.device import (device_name, dtype_name, one_torch_thread, pick_device, pick_dtype,
                                  synchronize)
 from engine.errors import ParameterError
+from engine.limits import MAX_ROWS
 from engine.model.linear import CPU_KERNELS, cpu_fast_available
 from engine.weights import CPU_FAST_TYPES
 from engine.model.transformer import Transformer
@@ -41,7 +42,7 @@ from engine.model.transformer import Transformer
 if TYPE_CHECKING:                   # the runtime is handed a loaded model; it never opens files
     from engine.io.load import LoadedModel
 
-GRAPH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+GRAPH_BUCKETS = (1, 2, 4, 8, 16, 32, MAX_ROWS)
 # top-2 logit margins below which a row of a runtime without exact rows is a near tie: the
 # largest row-vs-alone logit differences measured on the H200 with SDPA and cuBLAS (float32:
 # 2e-5..8e-5; bfloat16: up to 0.53; float16 taken at bfloat16's / 8, its mantissa's 3 more bits)
@@ -472,7 +473,7 @@ class Session:
             if self.length:
                 raise ParameterError(f"a probe pass at context {context:,} with {n_rows} rows does "
                                      f"not fit this stream's {self.cache.capacity:,} slots")
-            self.reserve(context + n_rows, spare=64)
+            self.reserve(context + n_rows, spare=MAX_ROWS)
         dev = self.runtime.device
         synchronize(dev)
         t0 = time.perf_counter()

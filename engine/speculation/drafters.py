@@ -1,8 +1,11 @@
 """Drafters: turn the n-gram index into a draft tree for the next verify pass.
 
 One contract (the proposer side of transformers' CandidateGenerator / vLLM's proposer): a
-drafter proposes a `TokenTree` rooted at the last committed token and is told the verdict
-afterwards. An empty tree means "no draft: decode one token normally".
+drafter is handed a frozen `DraftRequest` and proposes a `TokenTree` rooted at the last committed
+token; it is told the verdict afterwards (`observe`) and, once a request starts, the target's
+session (`begin`: a model drafter takes its stream there). An empty tree means "no draft: decode
+one token normally". Every drafter obeys the same contract, so the decoder never asks which
+drafter it holds; `DrafterBase` gives the hooks a drafter does not need.
 
 - `LookupDrafter`: prompt lookup decoding. One continuation of up to `depth` tokens copied from
   one earlier occurrence of the longest matching suffix n-gram. Which occurrence is the match
@@ -23,11 +26,13 @@ afterwards. An empty tree means "no draft: decode one token normally".
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 from engine.errors import ParameterError
 from engine.speculation.events import Provenance
 from engine.speculation.ngram import NgramIndex
+from engine.speculation.sampling import Rng, SamplingConfig
 from engine.speculation.settings import DRAFTERS, MATCH_RULES
 from engine.speculation.tree import TokenTree, build_trie
 
@@ -39,19 +44,62 @@ if TYPE_CHECKING:
 MAX_SCAN = 256
 
 
+GREEDY = SamplingConfig()
+
+
+@dataclass(frozen=True, eq=False)
+class DraftRequest:
+    """What a drafter is asked for one window.
+
+    context: the committed stream, ending with the root (index.tokens is the same stream);
+    depth, width: the window's shape (a chain when width is 1); rows: the most verify rows the
+    draft may fill, root included (the plan's rows, cut to what one pass and the cache hold);
+    sampling, rng: the request's sampling (a model drafter samples its tokens through it; the
+    n-gram drafters copy text and ignore it)."""
+
+    context: Sequence[int]
+    index: NgramIndex
+    root: int
+    depth: int
+    width: int
+    rows: int
+    sampling: SamplingConfig = GREEDY
+    rng: Rng | None = None
+
+    @classmethod
+    def of(cls, index: NgramIndex, depth: int, width: int, rows: int, **kw: Any) -> "DraftRequest":
+        """A request on the stream the index holds (its last token is the root)."""
+        return cls(index.tokens, index, index.tokens[-1], depth, width, rows, **kw)
+
+
 @runtime_checkable
 class Drafter(Protocol):
     name: str
 
-    def propose(self, index: NgramIndex, root: int, depth: int, width: int,
-                budget_rows: int) -> TokenTree:
-        """A draft tree rooted at `root` (the last committed token, index.tokens[-1]) with at
-        most `budget_rows` rows including the root; the empty tree means no draft."""
+    def begin(self, session: Any) -> None:
+        """A request starts on the target's session (engine.model.runtime.Session)."""
+        ...
+
+    def propose(self, req: DraftRequest) -> TokenTree:
+        """A draft tree rooted at `req.root` with at most `req.rows` rows including the root;
+        the empty tree means no draft."""
         ...
 
     def observe(self, outcome: "VerifyOutcome") -> None:
         """The verdict on the last proposal."""
         ...
+
+
+class DrafterBase:
+    """The hooks a drafter without state of its own leaves alone."""
+
+    name = "drafter"
+
+    def begin(self, session: Any) -> None:
+        pass
+
+    def observe(self, outcome: "VerifyOutcome") -> None:
+        pass
 
 
 def rank_continuations(index: NgramIndex, positions: list[int], length: int,
@@ -72,20 +120,19 @@ def rank_continuations(index: NgramIndex, positions: list[int], length: int,
                   key=lambda e: (e[1], e[2]), reverse=True)
 
 
-class LookupDrafter:
+class LookupDrafter(DrafterBase):
     """Prompt lookup: one continuation from one match of the longest suffix n-gram."""
+
+    name = "lookup"
 
     def __init__(self, match: str = "recent") -> None:
         if match not in MATCH_RULES:
             raise ParameterError(f"match rule must be one of {', '.join(MATCH_RULES)}, got {match!r}")
         self.match = match
-        self.name = "lookup"
-        self.windows = 0
-        self.accepted_tokens = 0
 
-    def propose(self, index: NgramIndex, root: int, depth: int, width: int,
-                budget_rows: int) -> TokenTree:
-        length = min(depth, budget_rows - 1)
+    def propose(self, req: DraftRequest) -> TokenTree:
+        index, root, budget_rows = req.index, req.root, req.rows
+        length = min(req.depth, budget_rows - 1)
         n, hits = index.lookup()
         if not hits or length < 1:
             return TokenTree.empty(root)
@@ -100,12 +147,8 @@ class LookupDrafter:
         prov = Provenance(match=0, position=pos, source="lookup", count=count)
         return build_trie(root, [(cont, prov)], budget_rows)
 
-    def observe(self, outcome: "VerifyOutcome") -> None:
-        self.windows += 1
-        self.accepted_tokens += len(outcome.accepted)
 
-
-class TreeDrafter:
+class TreeDrafter(DrafterBase):
     """The top `width` distinct continuations as one trie: the best-ranked one up to `depth`
     tokens (the spine), each alternative up to max(2, depth // 4).
 
@@ -116,12 +159,7 @@ class TreeDrafter:
     8 gave 3.44, one linear branch of 24 gave 3.42.
     """
 
-    def __init__(self) -> None:
-        self.name = "tree"
-        self._last: TokenTree | None = None
-        # how often the accepted path ended in a node of each match rank (0 = best ranked):
-        # the views show whether the lower-ranked branches earn their rows
-        self.accepted_by_rank: Counter[int] = Counter()
+    name = "tree"
 
     def candidates(self, index: NgramIndex, length: int,
                    width: int) -> list[tuple[tuple[int, ...], Provenance]]:
@@ -141,22 +179,14 @@ class TreeDrafter:
                     return chosen
         return chosen
 
-    def propose(self, index: NgramIndex, root: int, depth: int, width: int,
-                budget_rows: int) -> TokenTree:
-        length = min(depth, budget_rows - 1)
-        if length < 1 or width < 1:
-            tree = TokenTree.empty(root)
-        else:
-            cands = self.candidates(index, length, width)
-            alt = min(length, alternative_depth(length))
-            cands = cands[:1] + [(cont[:alt], prov) for cont, prov in cands[1:]]
-            tree = build_trie(root, cands, budget_rows)
-        self._last = tree
-        return tree
-
-    def observe(self, outcome: "VerifyOutcome") -> None:
-        if self._last is not None and outcome.accepted:
-            self.accepted_by_rank[self._last.provenance[outcome.accepted[-1]].match] += 1
+    def propose(self, req: DraftRequest) -> TokenTree:
+        length = min(req.depth, req.rows - 1)
+        if length < 1 or req.width < 1:
+            return TokenTree.empty(req.root)
+        cands = self.candidates(req.index, length, req.width)
+        alt = min(length, alternative_depth(length))
+        cands = cands[:1] + [(cont[:alt], prov) for cont, prov in cands[1:]]
+        return build_trie(req.root, cands, req.rows)
 
 
 def alternative_depth(depth: int) -> int:

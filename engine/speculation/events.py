@@ -109,7 +109,9 @@ class WindowEvent:
     width: int
     greedy: bool
     predicted_ms: float | None = None
-    reason: str = ""
+    reason: str = ""             # why the window has its shape, in words (engine.cost.plan)
+    cause: str = ""              # the same as a engine.cost.plan.Cause value ("" in old recordings)
+    figures: dict[str, Any] = field(default_factory=dict)   # the cause's figures
     finished: bool = False
     finish_reason: str = ""      # "eos" | "length" | "stopped" | ""
     settings: dict[str, Any] = field(default_factory=dict)
@@ -135,3 +137,99 @@ class WindowEvent:
         d["rows"] = rows
         d["stats"] = WindowStats(**d["stats"])
         return cls(**d)
+
+
+def _known(cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """What a run decodes: the settings, the model and device, the prompt (a recording's first
+    line, with the card's cost profile when one priced the run)."""
+
+    settings: dict[str, Any]
+    model: str = ""
+    device: str = ""
+    dtype: str = ""
+    weights: str = ""
+    prompt: Any = None                   # the text, or a list of chat messages
+    prompt_tokens: int = 0
+    card_profile: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["card_profile"] is None:
+            del d["card_profile"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunHeader":
+        """Unknown keys are ignored; missing ones take their defaults (older recordings)."""
+        return cls(**{"settings": {}, **_known(cls, d)})
+
+
+@dataclass(frozen=True)
+class DraftReport:
+    """A model drafter's part of the report: its draft passes, and the draft model's file."""
+
+    draft_ms: float
+    draft_ms_per_token: float | None
+    draft_model: str | None = None       # --draft model only
+    draft_load_s: float | None = None
+    draft_weight_format: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items()
+                if v is not None or k in ("draft_ms", "draft_ms_per_token")}
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The run's report: `specscope generate --json` prints `to_dict()` (DESIGN.md's keys, in
+    this order; a model drafter adds DraftReport's), a recording keeps it as its last line."""
+
+    text: str
+    tokens: list[int]
+    new_tokens: int
+    prompt_tokens: int
+    windows: int
+    forward_passes: int
+    proposed_draft_tokens: int
+    accepted_draft_tokens: int
+    tokens_per_pass: float
+    accept_rate_by_depth: list[float]
+    tok_s: float
+    wall_s: float
+    load_s: float
+    finish_reason: str
+    retired: bool
+    ar_windows: int
+    ar_floor: str
+    profile: str | None
+    device: str
+    dtype: str
+    weights: str
+    weight_format: str
+    weight_bytes: int
+    model: str
+    config: dict[str, Any]
+    draft: DraftReport | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "draft"}
+        d["tokens"], d["accept_rate_by_depth"] = list(self.tokens), list(self.accept_rate_by_depth)
+        d["config"] = dict(self.config)
+        if self.draft is not None:
+            d.update(self.draft.to_dict())
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunReport":
+        """Unknown keys (a sweep's decode_tok_s) are ignored; the draft keys make the
+        DraftReport."""
+        kw = _known(cls, d)
+        kw.pop("draft", None)
+        draft = (DraftReport(**_known(DraftReport, d)) if "draft_ms" in d else None)
+        return cls(**kw, draft=draft)

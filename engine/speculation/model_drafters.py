@@ -30,21 +30,16 @@ the target's cache) and computes the rest together with the root in one pass.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
 from engine.errors import ParameterError
 from engine.model.runtime import LayerView, Runtime, Session, chain
+from engine.speculation.drafters import DraftRequest, DrafterBase
 from engine.speculation.events import Provenance
-from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng, SamplingConfig, penalize, target_probs
 from engine.speculation.tree import TokenTree
-
-if TYPE_CHECKING:
-    from engine.speculation.verify import VerifyOutcome
-
-GREEDY = SamplingConfig()
 CATCH_UP_ROWS = 32      # committed tokens the draft model computes in its first draft pass;
                         # more (a new prompt) go through a chunked prefill first
 
@@ -77,12 +72,6 @@ def draft_children(logits: torch.Tensor, history: Sequence[int], cfg: SamplingCo
     return [(tok, q)] + [(rng.categorical(q), q) for _ in range(width - 1)]
 
 
-def model_tree_rows(depth: int, width: int) -> int:
-    """Verify rows of a model-drafted tree: the root, `width` children at depth 1 and
-    `width` x `width` at each deeper level (at most 64)."""
-    return min(64, 1 + width + (depth - 1) * width * width)
-
-
 def _path(parents: list[int], tokens: list[int], node: int) -> list[int]:
     """The tokens from the root's child down to `node` (-1: none)."""
     out = []
@@ -107,7 +96,7 @@ def fit_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.cat([logits, pad], dim=-1)
 
 
-class _ChainDrafter:
+class _ChainDrafter(DrafterBase):
     """A chain of model drafts, one pass per token; subclasses say which stream drafts (a
     session of the draft model, or the target's session through its first K layers)."""
 
@@ -116,12 +105,8 @@ class _ChainDrafter:
     def __init__(self, vocab: int) -> None:
         self.vocab = vocab               # the target's logits width
         self.stream: Session | LayerView | None = None     # set by `begin`
-        self.windows = 0
-        self.accepted_tokens = 0
-        self.proposed_tokens = 0
-        self.draft_ms = 0.0               # wall time of all draft passes
+        self.draft_ms = 0.0               # wall time of all draft passes (the report's)
         self.draft_passes = 0
-        self.last_ms = 0.0                # the last proposal's draft time
 
     @property
     def ms_per_token(self) -> float:
@@ -142,20 +127,19 @@ class _ChainDrafter:
         occupies the slots below)."""
         return self.stream.scratch([token], *chain(1), at=slot).logits[0]
 
-    def propose(self, index: NgramIndex, root: int, depth: int, width: int, budget_rows: int, *,
-                sampling: SamplingConfig | None = None, rng: Rng | None = None) -> TokenTree:
-        """A chain of up to min(depth, budget_rows - 1) tokens drafted after `root`
-        (index.tokens is the committed stream, ending with the root); with width > 1 a tree
-        (`_propose_tree`)."""
-        cfg = sampling or GREEDY
-        context = index.tokens
-        length = min(depth, budget_rows - 1)
+    def propose(self, req: DraftRequest) -> TokenTree:
+        """A chain of up to min(depth, rows - 1) tokens drafted after the root; with width > 1
+        a tree (`_propose_tree`)."""
+        cfg, rng, root = req.sampling, req.rng, req.root
+        context = req.context
+        length = min(req.depth, req.rows - 1)
         if length < 1:
             return TokenTree.empty(root)
         t0 = time.perf_counter()
         logits = self._first_logits(context[:-1], root)
-        if width > 1:
-            return self._propose_tree(context, root, logits, length, width, budget_rows, cfg, rng, t0)
+        if req.width > 1:
+            return self._propose_tree(context, root, logits, length, req.width, req.rows, cfg,
+                                      rng, t0)
         n = self.stream.length                   # the root sits at slot n
         length = min(length, self.stream.room() - 1)
         history = list(context[-cfg.penalty_window:])
@@ -168,10 +152,8 @@ class _ChainDrafter:
             history.append(tok)
             if i + 1 < length:
                 logits = self._step(tok, n + i + 1)
-        self.last_ms = (time.perf_counter() - t0) * 1e3
-        self.draft_ms += self.last_ms
+        self.draft_ms += (time.perf_counter() - t0) * 1e3
         self.draft_passes += len(tokens)
-        self.proposed_tokens += len(tokens)
         self._drafted(context[:-1], root, tokens[:-1])
         prov = Provenance(match=0, position=-1, source=self.name)
         return TokenTree(root, tuple(tokens), tuple(range(-1, len(tokens) - 1)),
@@ -224,10 +206,8 @@ class _ChainDrafter:
             passes += 1
             fed = len(tokens)
             frontier = [(i, out[i + 1]) for i in new]
-        self.last_ms = (time.perf_counter() - t0) * 1e3
-        self.draft_ms += self.last_ms
+        self.draft_ms += (time.perf_counter() - t0) * 1e3
         self.draft_passes += passes
-        self.proposed_tokens += len(tokens)
         # the draft cache keeps the root and the leading chain of fed nodes (node k at slot
         # n + 1 + k is the committed text's continuation only if it is the k-th of a chain)
         spine = 0
@@ -236,10 +216,6 @@ class _ChainDrafter:
         self._drafted(context[:-1], root, tokens[:spine])
         prov = Provenance(match=0, position=-1, source=self.name)
         return TokenTree(root, tuple(tokens), tuple(parents), (prov,) * len(tokens), tuple(qs))
-
-    def observe(self, outcome: "VerifyOutcome") -> None:
-        self.windows += 1
-        self.accepted_tokens += len(outcome.accepted)
 
 
 class EarlyExitDrafter(_ChainDrafter):

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from engine.speculation.drafters import Drafter
+from engine.speculation.drafters import DraftRequest, Drafter
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import SamplingConfig
 from engine.speculation.tree import TokenTree
@@ -35,7 +35,7 @@ def oracle_tokens_per_pass(prompt: Sequence[int], answer: Sequence[int], drafter
     context, done, passes = list(prompt), 0, 0
     while done < len(answer):
         tree = (TokenTree.empty(context[-1]) if drafter is None else
-                drafter.propose(idx, context[-1], depth, width, 1 + depth * width))
+                drafter.propose(DraftRequest.of(idx, depth, width, 1 + depth * width)))
         logits = torch.zeros(tree.n_rows, len(vocab))      # [R, V]
         for r in range(tree.n_rows):
             path = tree.path_tokens(r - 1) if r else []

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from engine.errors import ParameterError
+from engine.limits import MAX_ROWS
 from engine.speculation.sampling import SamplingConfig
 
 NGRAM_DRAFTERS = ("lookup", "tree")
@@ -49,8 +50,8 @@ class DecodeSettings:
             bad(f"--draft must be one of {', '.join(DRAFTERS)}, got {self.draft!r}")
         if self.match not in MATCH_RULES:
             bad(f"--match must be one of {', '.join(MATCH_RULES)}, got {self.match!r}")
-        if not 1 <= self.depth <= 64:
-            bad(f"--depth must be between 1 and 64, got {self.depth}")
+        if not 1 <= self.depth <= MAX_ROWS:
+            bad(f"--depth must be between 1 and {MAX_ROWS}, got {self.depth}")
         if self.draft == "model" and not self.draft_model:
             bad("--draft model needs --draft-model PATH (a .gguf file or an HF folder)")
         if isinstance(self.exit_layer, bool) or not isinstance(self.exit_layer, int) \

@@ -21,6 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.cost.chooser import WindowChooser
+from engine.cost.plan import Plan, price_figures
+
 NGRAM, MODEL, PLAIN = "ngram", "model", "plain"
 KINDS = (NGRAM, MODEL, PLAIN)
 MIN_TRIES = 2
@@ -45,11 +48,6 @@ class _Estimate:
         """Expected tokens per millisecond (nan before any window)."""
         return self.tokens / self.ms if self.seen and self.ms > 0 else float("nan")
 
-    def describe(self) -> str:
-        if not self.seen:
-            return "not measured yet"
-        return f"{self.tokens:.2f} tok / {self.ms:.1f} ms = {self.rate * 1e3:.1f} tok/s"
-
 
 @dataclass
 class Takeover:
@@ -61,45 +59,45 @@ class Takeover:
     picks: dict[str, int] = field(default_factory=lambda: {k: 0 for k in KINDS})
     windows: int = 0
 
-    def label(self, kind: str) -> str:
-        return {NGRAM: "n-gram tree", MODEL: self.model_name, PLAIN: "plain decoding"}[kind]
-
-    def choose(self, has_match: bool) -> tuple[str, str]:
-        """(NGRAM, MODEL or PLAIN, the reason in words) for the next window."""
+    def choose(self, has_match: bool) -> tuple[str, dict[str, Any]]:
+        """(NGRAM, MODEL or PLAIN, the figures of why: engine.cost.plan, Cause.TAKEOVER)."""
         options = [k for k in KINDS if has_match or k != NGRAM]
         fresh = [k for k in options if self.est[k].seen < MIN_TRIES]
         if fresh:
             kind = min(fresh, key=lambda k: self.est[k].seen)
-            why = "measuring each choice"
+            why = "measuring"
         else:
             kind = max(options, key=lambda k: self.est[k].rate)
-            why = "the most expected tokens per ms"
+            why = "best"
             stale = [k for k in options if k != kind and self.windows - self.last_tried[k] > RETRY]
             if stale:
                 kind = min(stale, key=lambda k: self.last_tried[k])
-                why = f"re-trying a choice not used for {RETRY} windows"
-        if not has_match:
-            why += "; no n-gram match in the context"
+                why = "retry"
         self.last_tried[kind] = self.windows
         self.windows += 1
         self.picks[kind] += 1
-        prices = "; ".join(f"{self.label(k)} {self.est[k].describe()}" for k in KINDS)
-        return kind, f"takeover: {self.label(kind)}, {why} ({prices})"
+        figures: dict[str, Any] = {"kind": kind, "why": why, "retry": RETRY, "match": has_match,
+                                   "model": self.model_name}
+        for k in KINDS:
+            e = self.est[k]
+            figures.update({f"{k}_seen": e.seen, f"{k}_tokens": e.tokens, f"{k}_ms": e.ms})
+        return kind, figures
 
     def observe(self, kind: str, tokens: int, ms: float) -> None:
         """A window of `kind` emitted `tokens` in `ms` (draft + verify + commit)."""
         self.est[kind].add(tokens, ms)
 
 
-def priced_takeover(chooser: Any, has_match: bool, model: str, ngram_depth: int,
-                    model_depth: int, width: int) -> tuple[str, Any, str]:
+def priced_takeover(chooser: WindowChooser, has_match: bool, model: str, ngram_depth: int,
+                    model_depth: int, width: int) -> tuple[str, Plan, dict[str, Any]]:
     """The takeover on the cost model (--adaptive): each drafter's best window priced by the
     chooser (engine.cost.chooser: learned acceptance per depth, the profile's verify cost, the
     model's measured draft cost), against a plain step. No round of forced tries: a drafter is
     tried when its priced window beats the others, or once (the chooser's first try) when a
     window of it accepted in full could beat plain decoding; its price is learned from there.
 
-    Returns (NGRAM | MODEL | PLAIN, the chooser's Choice for it, the reason in words)."""
+    Returns (NGRAM | MODEL | PLAIN, the chooser's plan for it, the figures of why: engine.cost.
+    plan, Cause.PRICED_TAKEOVER)."""
     ngram = chooser.choose("tree", available_depth=ngram_depth if has_match else 0,
                            available_width=width)
     drafted = chooser.choose(model, available_depth=model_depth, available_width=width)
@@ -112,14 +110,6 @@ def priced_takeover(chooser: Any, has_match: bool, model: str, ngram_depth: int,
     kind, choice, _ = max(options, key=lambda o: o[2])
     if drafted.explore:               # a model drafter's first window: learn its acceptance
         kind, choice = MODEL, drafted
-    names = {NGRAM: "n-gram tree", MODEL: model, PLAIN: "plain decoding"}
-
-    def price(c: Any) -> str:
-        return ("not paying" if c.plain else
-                f"d{c.depth} x w{c.width} {c.expected_tokens:.2f} tok / {c.predicted_ms:.2f} ms")
-
-    reason = "a first try" if choice is not None and choice.explore else "the most expected tokens per ms"
-    why = (f"takeover: {names[kind]}, {reason} (n-gram tree "
-           f"{price(ngram) if has_match else 'no match'}; {model} {price(drafted)}; "
-           f"plain {chooser.predicted_ms(1):.2f} ms)")
-    return kind, ngram if choice is None else choice, why    # plain: both choices are plain
+    figures = {"kind": kind, "match": has_match, "model": model, "ar_ms": chooser.predicted_ms(1),
+               **price_figures("ngram", ngram), **price_figures("model", drafted)}
+    return kind, ngram if choice is None else choice, figures   # plain: both plans are plain

@@ -13,7 +13,7 @@ from engine.speculation.settings import DecodeSettings
 from engine.speculation.tree import TokenTree
 
 if TYPE_CHECKING:
-    from engine.cost.chooser import Choice
+    from engine.cost.plan import Plan
     from engine.model.runtime import RowScores
     from engine.speculation.verify import VerifyOutcome
 
@@ -52,13 +52,13 @@ def verify_rows(tree: TokenTree, scores: "RowScores", outcome: "VerifyOutcome",
 
 def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "VerifyOutcome",
                  rows: list[E.VerifyRow], emitted: list[int], kinds: list[str],
-                 times_s: tuple[float, float, float], plan: "Choice", settings: DecodeSettings,
+                 times_s: tuple[float, float, float], plan: "Plan", settings: DecodeSettings,
                  stats: E.WindowStats, finish: str, text: Callable[[int], str],
-                 notice: str = "", drafter: str | None = None) -> E.WindowEvent:
+                 notice: str = "") -> E.WindowEvent:
     """The event of a window whose `emitted` tokens already stand at the end of `context`.
 
-    times_s: (propose, verify, commit) seconds. `drafter`: who drafted the window when it is not
-    settings.draft (a takeover by the n-gram tree).
+    times_s: (propose, verify, commit) seconds. The plan says who drafted the window, its shape
+    and why (its cause and figures travel with the event, its reason in words too).
     """
     propose_ms, verify_ms, commit_ms = (t * 1e3 for t in times_s)
     root = context[-len(emitted) - 1] if emitted else context[-1]
@@ -71,8 +71,9 @@ def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "V
         emitted=emitted, emitted_texts=[text(t) for t in emitted],
         emitted_kinds=kinds, propose_ms=propose_ms, verify_ms=verify_ms, commit_ms=commit_ms,
         window_ms=propose_ms + verify_ms + commit_ms, stats=stats,
-        drafter=drafter or settings.draft, depth=plan.depth, width=plan.width, greedy=settings.sampling.greedy,
+        drafter=plan.drafter, depth=plan.depth, width=plan.width, greedy=settings.sampling.greedy,
         predicted_ms=None if plan.predicted_ms != plan.predicted_ms else plan.predicted_ms,
-        reason=plan.reason, finished=bool(finish), finish_reason=finish,
+        reason=plan.reason, cause=plan.cause.value, figures=plan.all_figures(),
+        finished=bool(finish), finish_reason=finish,
         settings=settings.to_dict(), notice=notice,
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.errors import ParameterError
+from engine.limits import MAX_ROWS
 from engine.speculation.drafters import tree_rows
 from engine.speculation.settings import MATCH_RULES, DecodeSettings
 
@@ -40,8 +41,8 @@ class SweepConfig:
         if not self.drafts or any(d not in SWEEP_DRAFTS for d in self.drafts):
             bad(f"--drafts takes a comma-separated list of {', '.join(SWEEP_DRAFTS)}; got "
                 f"{','.join(self.drafts) or 'nothing'}")
-        if not self.depths or any(not 1 <= d <= 64 for d in self.depths):
-            bad(f"--depths must be between 1 and 64; got {','.join(map(str, self.depths)) or 'nothing'}")
+        if not self.depths or any(not 1 <= d <= MAX_ROWS for d in self.depths):
+            bad(f"--depths must be between 1 and {MAX_ROWS}; got {','.join(map(str, self.depths)) or 'nothing'}")
         if not self.widths or any(not 1 <= w <= 16 for w in self.widths):
             bad(f"--widths must be between 1 and 16; got {','.join(map(str, self.widths)) or 'nothing'}")
         if self.new_tokens < 1:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from engine.model.runtime import Runtime
+from engine.session import draft_opener
 from engine.speculation.decoder import Decoder
 from engine.speculation.events import WindowEvent
 from engine.speculation.settings import DecodeSettings
@@ -41,7 +42,8 @@ class _Side:
     def __init__(self, rt: Runtime, ids: list[int], settings: DecodeSettings,
                  stop: threading.Event, profile) -> None:
         self.decoder = Decoder(rt, ids, settings, stop=stop, detail=False,
-                               profile=profile if settings.adaptive else None)
+                               profile=profile if settings.adaptive else None,
+                               open_model=draft_opener(rt))
         self.windows = self.decoder.windows()
         self.device_s = 0.0
         self.finished = False

@@ -37,6 +37,8 @@ from engine.cost.probe import card_profile
 from engine.errors import ParameterError
 from engine.io.prompts import encode_prompt
 from engine.io.workloads import WorkloadPrompt
+from engine.cost.acceptance import expected_tokens, fit_acceptance
+from engine.session import draft_opener
 from engine.speculation.decoder import Decoder
 from engine.tuning.grid import Cell, SweepConfig, ar_settings, plan_cells
 from engine.tuning.sweep_file import KIND, VERSION, summarize
@@ -58,21 +60,6 @@ class SweepStep:
     @property
     def fraction(self) -> float:
         return self.done / self.total if self.total else 1.0
-
-
-def fit_acceptance(tokens_per_pass: float, depth: int) -> float:
-    """The one acceptance rate a with (1 - a^(depth+1)) / (1 - a) = tokens_per_pass."""
-    t = min(max(tokens_per_pass, 1.0), depth + 1.0)
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        e = depth + 1.0 if mid >= 1.0 else (1 - mid ** (depth + 1)) / (1 - mid)
-        lo, hi = (mid, hi) if e < t else (lo, mid)
-    return (lo + hi) / 2
-
-
-def expected_tokens(a: float, depth: int) -> float:
-    return depth + 1.0 if a >= 1.0 else (1 - a ** (depth + 1)) / (1 - a)
 
 
 def predict_ratio(neighbour: dict[str, Any], cell: Cell, profile) -> float:
@@ -141,8 +128,8 @@ class Sweep:
             raise SweepCancelled()
         t0 = time.perf_counter()
         dec = Decoder(self.rt, self.ids[pid], settings, stop=self.stop, detail=False,
-                      profile=self.profile if settings.adaptive else None)
-        dec.progress = self.progress
+                      profile=self.profile if settings.adaptive else None,
+                      open_model=draft_opener(self.rt), progress=self.progress)
         first: tuple[float, int] | None = None      # (seconds, tokens) at the first window's end
         for ev in dec.windows():
             if first is None:
@@ -175,7 +162,8 @@ class Sweep:
         if self.cfg.warmup_tokens:
             s = replace(self.cells[0].settings(self.cfg),
                         max_new_tokens=min(self.cfg.warmup_tokens, self.cfg.new_tokens))
-            Decoder(self.rt, self.ids[self.prompts[0].id], s, stop=self.stop, detail=False).run()
+            Decoder(self.rt, self.ids[self.prompts[0].id], s, stop=self.stop, detail=False,
+                    open_model=draft_opener(self.rt)).run()
 
     def steps(self) -> Iterator[SweepStep]:
         total = 1 + len(self.cells)

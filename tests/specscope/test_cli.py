@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -27,8 +28,10 @@ def test_generate_json_is_our_greedy_output_with_a_consistent_report(cpu_runtime
 
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
     # fixed depth and width, pinned: the defaults are adaptive (tested below)
+    t0 = time.perf_counter()
     r = specscope("generate", "--device", "cpu", "--weights", "dequantized", "--draft", "tree",
                   "--no-adaptive", "--no-ar-floor", "--max-new-tokens", "12", "--prompt", prompt, "--json")
+    outside_s = time.perf_counter() - t0
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert set(REPORT_FIELDS) <= set(report)
@@ -45,8 +48,10 @@ def test_generate_json_is_our_greedy_output_with_a_consistent_report(cpu_runtime
     # each window emits its accepted drafts and one token of its own, at most
     assert 1 <= report["windows"] and report["accepted_draft_tokens"] <= report["proposed_draft_tokens"]
     assert report["new_tokens"] <= report["windows"] + report["accepted_draft_tokens"]
-    # the rate agrees with the time it reports (both rounded)
-    assert report["tok_s"] == pytest.approx(report["new_tokens"] / report["wall_s"], rel=0.01)
+    # the times fit in the one measured here around the whole command, and the rate is at
+    # least the tokens over that (longer) span
+    assert 0 < report["load_s"] + report["wall_s"] <= outside_s
+    assert report["tok_s"] >= report["new_tokens"] / outside_s
 
 
 @pytest.mark.parametrize("args, message", [

@@ -105,11 +105,27 @@ def test_a_resume_with_other_settings_is_refused_in_one_line(cpu_runtime, tmp_pa
 
 
 def test_the_skip_rule_predicts_from_the_shallower_neighbour(cpu_runtime) -> None:
-    from engine.tuning.grid import Cell
-    from engine.tuning.sweep import expected_tokens, fit_acceptance, predict_ratio
+    import math
 
-    for a in (0.2, 0.6, 0.9):
-        assert fit_acceptance(expected_tokens(a, 4), 4) == pytest.approx(a, abs=1e-6)
+    from engine.cost.acceptance import expected_tokens, fit_acceptance
+    from engine.cost.profile import profile_from_points
+    from engine.tuning.grid import Cell
+    from engine.tuning.sweep import predict_ratio
+
+    # Leviathan's E by hand: 1 + a + a^2 + ... ; and its inverse at depth 2, the quadratic's root
+    assert expected_tokens(0.6, 4) == pytest.approx(1 + 0.6 + 0.36 + 0.216 + 0.1296)
+    assert expected_tokens(1.0, 3) == 4.0
+    assert fit_acceptance(2.3056, 4) == pytest.approx(0.6, abs=1e-6)
+    root = (-1 + math.sqrt(1 + 4 * 0.1)) / 2                 # 1 + a + a^2 = 1.1
+    assert fit_acceptance(1.1, 2) == pytest.approx(root, abs=1e-9)
+    # on a card where a pass of r rows costs r one-row passes, a neighbour at 1.1 tokens of 3
+    # rows running 1.05x AR predicts depth 16 (17 rows) at 1.05 x (3 / 1.1) x E16 / 17
+    linear = profile_from_points([(r, 10.0 * r) for r in (1, 2, 4, 8, 16, 32, 64)], id="linear",
+                                 device="d", model="m", dtype="float32", context=512, source="tests")
+    e16 = sum(root ** j for j in range(17))
+    weak1 = {"depth": 2, "rows": 3, "tokens_per_pass": 1.1, "ratio_to_ar": 1.05}
+    assert predict_ratio(weak1, Cell("lookup", 16, 1), linear) == pytest.approx(
+        1.05 * 3 / 1.1 * e16 / 17, rel=1e-6)
     prof = cpu_like_profile(cpu_runtime)
     # a neighbour that took 1.1 tokens a pass at depth 2 (acceptance ~0.1): depth 16 buys nothing
     # and costs 17 rows, so it is predicted to lose; one that took 2.9 of 3 predicts a deeper win

@@ -53,10 +53,10 @@ def test_display_detection():
 
 
 def test_theory_curve():
-    from workbench.store import theory_tokens_per_pass
-    assert theory_tokens_per_pass(0.5, 2) == pytest.approx(1.75)      # 1 + .5 + .25
-    assert theory_tokens_per_pass(1.0, 4) == 5.0
-    assert theory_tokens_per_pass(0.0, 8) == 1.0
+    from engine.cost.acceptance import expected_tokens
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)      # 1 + .5 + .25
+    assert expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.0, 8) == 1.0
 
 
 def test_invalid_control_shows_parameter_error_inline(qtbot, make_window):

@@ -9,7 +9,6 @@ drawn as a dashed node at the end of it.
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
@@ -17,6 +16,7 @@ from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPainterPath,
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem,
                                QGraphicsView, QLabel, QSizePolicy, QWidget)
 
+from engine.cost.plan import describe
 from engine.speculation.events import (ACCEPTED, BONUS, CORRECTION, NOT_REACHED, REJECTED, ROOT, TARGET,
                                        WindowEvent)
 
@@ -360,11 +360,10 @@ class TokenTreeView(QWidget):
 
 
 def plain_why(ev: WindowEvent) -> str:
-    """For a window that drafted nothing, why, in a few words (the reason without its figures in
-    brackets): ' · plain: no early-exit window can pay on this device'."""
-    if ev.tokens or not ev.reason:
+    """For a window that drafted nothing, why, in a few words (its cause's brief words, without
+    the figures in brackets): ' · plain: no early-exit window can pay on this device'. A
+    recording made before windows carried their cause says nothing here (the tooltip keeps the
+    whole reason)."""
+    if ev.tokens or not ev.cause:
         return ""
-    why = re.sub(r"\s*\([^)]*\)", "", ev.reason).split(", even")[0].strip()
-    if why.startswith("plain decode: "):
-        why = "plain: " + why[len("plain decode: "):]
-    return f" · {why}"
+    return f" · {describe(ev.cause, ev.figures, brief=True)}"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
 
-from engine.cost.chooser import ArFloor, WindowChooser, _reproject
+from engine.cost.acceptance import reproject as _reproject
+from engine.cost.chooser import WindowChooser
+from engine.cost.floor import ArFloor
 from engine.cost.profile import reference_profile
 from engine.errors import ParameterError
 from engine.speculation.events import (BONUS, CORRECTION, FROM_DRAFT, TARGET, Provenance, WindowEvent,
@@ -108,24 +109,27 @@ def test_expensive_rows_keep_windows_shallow():
 
 
 def test_chooser_picks_the_best_rate_exhaustively():
-    """The pick has the highest tokens/ms of every candidate (ties: fewest rows), checked
-    against a brute-force recomputation from the profile and the formula."""
-    rng = random.Random(0)
+    """With one acceptance rate alpha at every depth (the prior, nothing observed), a chain of k
+    drafts emits Leviathan's (1 - alpha^(k+1)) / (1 - alpha) tokens: the pick is the k with the
+    most of those per ms of the profile's k + 1 rows, or plain decoding when none beats one
+    token per one-row pass (ties: the fewest rows); checked by brute force with that closed form,
+    not the chooser's running products."""
     for pid in (RX, H200, R97, HALO):
-        ch = chooser(pid, max_depth=10, max_width=3)
-        for _ in range(30):
-            ch.observe("d", rng.randint(1, 10), rng.randint(1, 3), 0, True)
-            k = rng.randint(1, 10)
-            ch.observe("d", k, rng.randint(1, 3), rng.randint(0, k), rng.random() < 0.5)
         prof = reference_profile(pid)
-        best = max(((ch.expected_tokens("d", k, w) / prof.ms(1 + k * w), -(1 + k * w), k, w)
-                    for k in range(1, 11) for w in range(1, 4)
-                    if prof.max_rows is None or 1 + k * w <= prof.max_rows))
-        c = ch.choose("d")
-        if best[0] > 1 / prof.ms(1):
-            assert (c.depth, c.width) == (best[2], best[3])
-        else:
-            assert c.plain
+        for alpha in (0.3, 0.6, 0.8, 0.95):
+            ch = chooser(pid, max_depth=12, max_width=1, prior=alpha)
+            rates = [((1 - alpha ** (k + 1)) / (1 - alpha) / prof.ms(k + 1), k)
+                     for k in range(1, 13) if prof.max_rows is None or k + 1 <= prof.max_rows]
+            best_rate = max(r for r, _ in rates)
+            best_k = min(k for r, k in rates if r >= best_rate * (1 - 1e-9))   # ties: fewest rows
+            c = ch.choose("d")
+            if best_rate > 1 / prof.ms(1) * (1 + 1e-9):
+                assert c.depth == best_k and c.width == 1, (pid, alpha)
+                assert c.expected_tokens == pytest.approx((1 - alpha ** (best_k + 1)) / (1 - alpha))
+            else:
+                assert c.plain, (pid, alpha)
+    # a hand figure: alpha 0.8, depth 3 -> 1 + 0.8 + 0.64 + 0.512 tokens
+    assert chooser(RX, prior=0.8).expected_tokens("d", 3, 1) == pytest.approx(2.952)
 
 
 def test_no_draft_and_row_limits():

@@ -46,8 +46,13 @@ def test_exit_line_recovers_a_line_and_never_goes_negative():
 def test_early_exit_cost_from_probed_layers_interpolates_and_falls_back():
     prof = flat_profile(exits={7: 3.0, 15: 5.0, 22: 7.0, 30: 9.0})
     assert early_exit_cost(prof, 15, 30).one_row_ms == pytest.approx(5.0)    # probed
-    head, layer = exit_line({7: 3.0, 15: 5.0, 22: 7.0, 30: 9.0})
-    assert early_exit_cost(prof, 28, 30).one_row_ms == pytest.approx(head + 28 * layer)
+    # the least-squares line through those four, by hand: mean K 18.5, mean ms 6, slope
+    # 76 / 289 ms a layer, so 6 + (28 - 18.5) x 76 / 289 at K = 28
+    assert early_exit_cost(prof, 28, 30).one_row_ms == pytest.approx(6 + 9.5 * 76 / 289)
+    # points on a line (0.8 ms + 0.2 ms a layer): between and past them, on the line
+    on_line = flat_profile(exits={8: 2.4, 16: 4.0, 24: 5.6})
+    assert early_exit_cost(on_line, 12, 30).one_row_ms == pytest.approx(3.2)
+    assert early_exit_cost(on_line, 28, 30).one_row_ms == pytest.approx(6.4)
     # no probed layers and no runtime: the layers' share of a one-row pass
     assert early_exit_cost(flat_profile(), 15, 30).one_row_ms == pytest.approx(5.0)
 

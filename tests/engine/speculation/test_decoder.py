@@ -60,3 +60,67 @@ def test_near_ties_use_the_runtimes_margin(cpu_runtime, code_edit_prompts):
         return [r.near_tie for e in evs for r in e.rows]
 
     assert all(flags(1e9)) and not any(flags(0.0))
+
+
+def test_the_report_times_and_rate_agree_with_a_clock_outside(cpu_runtime) -> None:
+    """wall_s spans every window (their measured ms add up to no more) and fits in the time
+    measured around the whole run; the rate lies between tokens over that outer time and
+    tokens over the windows' own time."""
+    import time
+
+    ids = cpu_runtime.tokenizer.encode("def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
+    dec = Decoder(cpu_runtime, ids, DecodeSettings(draft="lookup", max_new_tokens=10), detail=False)
+    t0 = time.perf_counter()
+    events = list(dec.windows())
+    outside_s = time.perf_counter() - t0
+    r = dec.report()
+    windows_s = sum(ev.window_ms for ev in events) / 1e3
+    assert windows_s <= r["wall_s"] + 1e-4 <= outside_s + 1e-4
+    n = r["new_tokens"]
+    assert n == sum(len(ev.emitted) for ev in events) >= 1
+    assert n / outside_s * 0.999 <= r["tok_s"] <= n / windows_s * 1.001
+
+
+def test_the_typed_report_keeps_the_json_keys_and_round_trips(cpu_runtime) -> None:
+    """The report is a RunReport; its dict has the keys `generate --json` always printed, in
+    that order, and comes back unchanged through from_dict (extra keys, such as a sweep's,
+    are ignored); the header a recording starts with round-trips too."""
+    import json
+
+    from engine.speculation.events import RunHeader, RunReport
+
+    ids = cpu_runtime.tokenizer.encode("one two three one two")
+    dec = Decoder(cpu_runtime, ids, DecodeSettings(draft="lookup", max_new_tokens=4), detail=False)
+    report = dec.run()
+    assert list(report) == [
+        "text", "tokens", "new_tokens", "prompt_tokens", "windows", "forward_passes",
+        "proposed_draft_tokens", "accepted_draft_tokens", "tokens_per_pass", "accept_rate_by_depth",
+        "tok_s", "wall_s", "load_s", "finish_reason", "retired", "ar_windows", "ar_floor", "profile",
+        "device", "dtype", "weights", "weight_format", "weight_bytes", "model", "config"]
+    back = RunReport.from_dict(json.loads(json.dumps({**report, "decode_tok_s": 1.0})))
+    assert back.to_dict() == report and back == dec.run_report()
+    drafted = {**report, "draft_ms": 3.5, "draft_ms_per_token": None}
+    assert RunReport.from_dict(drafted).to_dict() == drafted
+    head = dec.run_header(prompt="one two three one two")
+    assert RunHeader.from_dict(json.loads(json.dumps(head.to_dict()))) == head
+    assert head.prompt_tokens == len(ids) and head.settings["draft"] == "lookup"
+    assert RunHeader.from_dict({"settings": {"draft": "tree"}, "future": 1}).model == ""
+
+
+def test_switching_drafters_mid_run_rebuilds_through_the_factory(cpu_runtime) -> None:
+    """n-gram tree -> early exit (a model drafter begins on the run's session) -> lookup, between
+    windows: greedy output unchanged, each window names the drafter that drafted it."""
+    ids = cpu_runtime.tokenizer.encode("def area(w, h):\n    return w * h\n\n\ndef area(w, h):\n")
+    ref = Decoder(cpu_runtime, ids, DecodeSettings(draft="none", max_new_tokens=16)).run()
+    s = DecodeSettings(draft="tree", depth=4, width=2, max_new_tokens=16)
+    controls: queue.Queue = queue.Queue()
+    dec = Decoder(cpu_runtime, ids, s, controls=controls, detail=False)
+    seen = []
+    for i, ev in enumerate(dec.windows()):
+        seen.append(ev.drafter)
+        if i == 0:
+            controls.put(dataclasses.replace(s, draft="early-exit", exit_layer=6, depth=2, width=1))
+        if i == 2:
+            controls.put(dataclasses.replace(s, draft="lookup"))
+    assert dec.report()["tokens"] == ref["tokens"]
+    assert seen[0] == "tree" and seen[1:3] == ["early-exit"] * 2 and set(seen[3:]) <= {"lookup"}

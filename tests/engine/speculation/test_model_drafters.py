@@ -16,6 +16,7 @@ from engine.io.load import load_model
 from engine.model.runtime import Runtime, chain
 from engine.session import draft_opener
 from engine.speculation.decoder import Decoder
+from engine.speculation.drafters import DraftRequest
 from engine.speculation.model_drafters import DraftModelDrafter, EarlyExitDrafter
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.settings import DecodeSettings
@@ -108,7 +109,7 @@ def test_early_exit_drafts_with_the_first_k_layers(cpu_runtime):
     drafter.begin(ses)
     index = NgramIndex(1, 4)
     index.extend(ids)
-    tree = drafter.propose(index, ids[-1], depth=3, width=1, budget_rows=8)
+    tree = drafter.propose(DraftRequest.of(index, depth=3, width=1, rows=8))
     assert len(tree) == 3 and tree.parents == (-1, 0, 1) and tree.q is not None
     torch.testing.assert_close(ses.cache.kv[:, :, :, :ses.length], before)
     # reference: the same chain through a forward of a 3-layer copy of the model
@@ -139,7 +140,7 @@ def test_a_model_drafted_tree_keeps_the_draft_distribution_of_every_node(cpu_run
     index.extend(ids)
     drafter = EarlyExitDrafter(rt, 3)
     drafter.begin(ses)
-    tree = drafter.propose(index, ids[-1], depth=3, width=2, budget_rows=64)
+    tree = drafter.propose(DraftRequest.of(index, depth=3, width=2, rows=64))
     kids = [tree.children(i) for i in range(-1, len(tree))]
     assert len(tree.children(-1)) == 2 and max(tree.depths) == 3
     assert all(len(k) in (0, 2) for k in kids)
@@ -155,8 +156,8 @@ def test_a_model_drafted_tree_keeps_the_draft_distribution_of_every_node(cpu_run
         torch.testing.assert_close(tree.q[i], p_row)
         siblings = [tree.tokens[c] for c in tree.children(parent)]
         assert siblings == p_row.topk(2).indices.tolist()
-    sampled = drafter.propose(index, ids[-1], depth=3, width=2, budget_rows=64,
-                              sampling=SamplingConfig(temperature=1.0), rng=Rng(0))
+    sampled = drafter.propose(DraftRequest.of(index, depth=3, width=2, rows=64,
+                                              sampling=SamplingConfig(temperature=1.0), rng=Rng(0)))
     for node in range(-1, len(sampled)):
         kids = sampled.children(node)
         assert len(kids) in (0, 2)

@@ -15,7 +15,7 @@ from engine.errors import ParameterError
 from engine.io.gguf_file import read_gguf
 from engine.io.load import default_model_path
 from engine.io.tokenizer import Tokenizer
-from engine.speculation.drafters import (MAX_SCAN, LookupDrafter, TreeDrafter, alternative_depth, make_drafter,
+from engine.speculation.drafters import (MAX_SCAN, DraftRequest, LookupDrafter, TreeDrafter, alternative_depth, make_drafter,
                                          tree_rows)
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.oracle import oracle_tokens_per_pass
@@ -114,7 +114,7 @@ def test_lookup_rules_pick_the_expected_continuation(code_prompt, rule):
         stream = code_prompt[:t]
         idx = NgramIndex(1, 4)
         idx.extend(stream)
-        tree = drafter.propose(idx, stream[-1], depth, 1, 1 + depth)
+        tree = drafter.propose(DraftRequest.of(idx, depth, 1, 1 + depth))
         n, hits = brute_lookup(stream, 1, 4)
         if not hits:
             assert len(tree) == 0
@@ -139,13 +139,13 @@ def test_lookup_rules_pick_the_expected_continuation(code_prompt, rule):
 def test_lookup_respects_budget_and_stream_end(code_prompt):
     idx = NgramIndex(1, 4)
     idx.extend(code_prompt)
-    tree = LookupDrafter("recent").propose(idx, code_prompt[-1], 8, 1, budget_rows=4)
+    tree = LookupDrafter("recent").propose(DraftRequest.of(idx, 8, 1, rows=4))
     assert len(tree) <= 3
     idx = NgramIndex(1, 2)
     idx.extend([5, 6, 7, 5, 6])
-    tree = LookupDrafter("recent").propose(idx, 6, 8, 1, budget_rows=9)
+    tree = LookupDrafter("recent").propose(DraftRequest.of(idx, 8, 1, rows=9))
     assert chain(tree) == [7, 5, 6]   # the continuation stops at the end of the stream
-    assert len(LookupDrafter().propose(idx, 6, 8, 1, budget_rows=1)) == 0
+    assert len(LookupDrafter().propose(DraftRequest.of(idx, 8, 1, rows=1))) == 0
 
 
 @pytest.mark.parametrize("depth, width", [(8, 3), (4, 4), (6, 1), (3, 8)])
@@ -157,7 +157,7 @@ def test_tree_drafter_width_depth_budget_and_sources(code_prompt, depth, width):
         stream = code_prompt[:t]
         idx = NgramIndex(1, 4)
         idx.extend(stream)
-        tree = drafter.propose(idx, stream[-1], depth, width, budget)
+        tree = drafter.propose(DraftRequest.of(idx, depth, width, budget))
         assert tree.n_rows <= budget and tree.max_depth <= depth
         assert len(tree.leaves()) <= width
         n, hits = brute_lookup(stream, 1, 4)
@@ -203,7 +203,7 @@ def test_make_drafter_builds_what_the_flags_name():
     idx.extend(stream)
 
     def propose(draft: str, match: str, width: int = 1) -> TokenTree:
-        return make_drafter(draft, match).propose(idx, stream[-1], 2, width, budget_rows=8)
+        return make_drafter(draft, match).propose(DraftRequest.of(idx, 2, width, rows=8))
 
     assert make_drafter("none", "recent") is None
     assert chain(propose("lookup", "recent")) == [4, 5]

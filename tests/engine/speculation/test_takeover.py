@@ -3,6 +3,7 @@ token."""
 
 from __future__ import annotations
 
+from engine.cost.plan import Cause, plain_plan
 from engine.speculation.decoder import Decoder
 from engine.speculation.settings import DecodeSettings
 from engine.speculation.takeover import MODEL, NGRAM, PLAIN, RETRY, Takeover
@@ -10,6 +11,10 @@ from engine.speculation.takeover import MODEL, NGRAM, PLAIN, RETRY, Takeover
 COPY_PROMPT = ("def area(width, height):\n    return width * height\n\n\n"
                "def area(width, height):\n    return width * height\n\n\n"
                "def area(width, height):\n    return")
+def words(figures) -> str:
+    return plain_plan("none", Cause.TAKEOVER, **figures).reason
+
+
 COST = {NGRAM: (4, 20.0), MODEL: (2, 40.0), PLAIN: (1, 25.0)}   # 0.2, 0.05, 0.04 tok/ms
 
 
@@ -17,13 +22,13 @@ def test_no_match_never_drafts_ngrams_and_every_choice_is_measured_first():
     t = Takeover(model_name="early-exit")
     for _ in range(4):
         kind, why = t.choose(has_match=False)
-        assert kind in (MODEL, PLAIN) and "no n-gram match" in why
+        assert kind in (MODEL, PLAIN) and "no n-gram match" in words(why)
         t.observe(kind, 1, 10.0)
     t = Takeover(model_name="early-exit")
     kinds = []
     for _ in range(6):
         k, why = t.choose(has_match=True)
-        assert "measuring each choice" in why
+        assert "measuring each choice" in words(why)
         kinds.append(k)
         t.observe(k, 1, 10.0)
     assert sorted(kinds) == sorted([MODEL, NGRAM, PLAIN] * 2)
@@ -42,7 +47,7 @@ def test_the_highest_rate_wins_and_the_others_are_retried():
         t.observe(k, *COST[k])
     assert picks.count(NGRAM) >= RETRY and {MODEL, PLAIN} <= set(picks)   # both re-tried
     k, why = t.choose(has_match=True)
-    assert k == NGRAM and "n-gram tree 4.00 tok / 20.0 ms = 200.0 tok/s" in why
+    assert k == NGRAM and "n-gram tree 4.00 tok / 20.0 ms = 200.0 tok/s" in words(why)
     # without a match: the cheaper of the model and a plain step
     assert t.choose(has_match=False)[0] == MODEL
     # the text changes: the n-gram drafts start failing, the model takes over

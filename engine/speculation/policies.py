@@ -1,0 +1,184 @@
+"""Window policies: who drafts the next window, how deep and how wide, and why.
+
+A policy answers `plan(context)` with a frozen Plan (engine.cost.plan) before each window and
+is shown the window's event afterwards (`observe`). The decoder builds one from the settings
+(engine.speculation.factory) and never looks inside:
+
+    FixedPolicy            the settings' depth and width (n-gram or model drafts)
+    PricedPolicy           the window chooser's best price (--adaptive; engine.cost.chooser)
+    TakeoverPolicy         n-gram tree, model draft or plain step, measured as it goes (--takeover)
+    PricedTakeoverPolicy   the same three priced by the chooser (--takeover --adaptive)
+    ArFloorPolicy          wraps another: a timed plain step first, then retire if no window paid
+    PlainPolicy            no drafter: every window a plain step
+    Learning               wraps another: a chooser keeps learning while it is not asked
+
+Policies read numbers and names only: they never import the model (a contract in
+pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from engine.cost.chooser import WindowChooser
+from engine.cost.floor import ArFloor
+from engine.cost.plan import Cause, Plan, plain_plan
+from engine.speculation.events import WindowEvent
+from engine.speculation.takeover import MODEL, NGRAM, PLAIN, Takeover, priced_takeover
+
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What a policy may look at before a window."""
+
+    remaining: int                      # tokens the request may still emit
+    has_match: Callable[[], bool]       # whether the n-gram index matches the stream's suffix
+
+
+class WindowPolicy(Protocol):
+    def plan(self, ctx: PlanContext) -> Plan: ...
+
+    def observe(self, event: WindowEvent) -> None: ...
+
+
+def _depth(depth: int, ctx: PlanContext) -> int:
+    """The deepest window the request has room for (a window emits up to depth + 1 tokens)."""
+    return max(0, min(depth, ctx.remaining - 1))
+
+
+class PlainPolicy:
+    def plan(self, ctx: PlanContext) -> Plan:
+        return plain_plan("none", Cause.NO_DRAFTER)
+
+    def observe(self, event: WindowEvent) -> None:
+        pass
+
+
+class FixedPolicy:
+    """Every window at the settings' depth and width; `rows_of` is the drafter's shape."""
+
+    def __init__(self, drafter: str, depth: int, width: int, rows_of: Callable[[int, int], int],
+                 cause: Cause = Cause.FIXED, **figures: object) -> None:
+        self.drafter, self.depth, self.width = drafter, depth, width
+        self.rows_of, self.cause, self.figures = rows_of, cause, figures
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        d = _depth(self.depth, ctx)
+        if d == 0:
+            return plain_plan(self.drafter, Cause.LAST_TOKEN)
+        return Plan(self.drafter, d, self.width, self.rows_of(d, self.width), self.cause,
+                    figures=self.figures)
+
+    def observe(self, event: WindowEvent) -> None:
+        pass
+
+
+class PricedPolicy:
+    """The chooser's best window for the drafter each time. An n-gram drafter without a match
+    in the index has nothing to offer (`needs_match`)."""
+
+    def __init__(self, chooser: WindowChooser, drafter: str, depth: int, width: int,
+                 needs_match: bool) -> None:
+        self.chooser, self.drafter, self.depth, self.width = chooser, drafter, depth, width
+        self.needs_match = needs_match
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        d = _depth(self.depth, ctx)
+        if d == 0:
+            return plain_plan(self.drafter, Cause.LAST_TOKEN)
+        if self.needs_match and not ctx.has_match():
+            return self.chooser.choose(self.drafter, available_depth=0)
+        return self.chooser.choose(self.drafter, available_depth=d, available_width=self.width)
+
+    def observe(self, event: WindowEvent) -> None:
+        self.chooser.observe_event(event)
+
+
+class TakeoverPolicy:
+    """Each window to whoever measured the most tokens per ms (engine.speculation.takeover):
+    the n-gram tree (at its own depth, copies run long), the model's chain, or a plain step."""
+
+    def __init__(self, takeover: Takeover, model: str, depth: int, width: int,
+                 ngram_depth: int, tree_rows: Callable[[int, int], int]) -> None:
+        self.takeover, self.model, self.depth, self.width = takeover, model, depth, width
+        self.ngram_depth, self.tree_rows = ngram_depth, tree_rows
+        self._kind: str | None = None          # who the last plan gave the window to
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        self._kind = None
+        d = _depth(self.depth, ctx)
+        if d == 0:
+            return plain_plan(self.model, Cause.LAST_TOKEN)
+        self._kind, figures = self.takeover.choose(ctx.has_match())
+        if self._kind == NGRAM:
+            k = _depth(max(self.depth, self.ngram_depth), ctx)
+            return Plan("tree", k, self.width, self.tree_rows(k, self.width), Cause.TAKEOVER,
+                        figures=figures)
+        if self._kind == PLAIN:
+            return plain_plan("none", Cause.TAKEOVER, **figures)
+        return Plan(self.model, d, 1, 1 + d, Cause.TAKEOVER, figures=figures)    # a chain
+
+    def observe(self, event: WindowEvent) -> None:
+        if self._kind is not None:
+            self.takeover.observe(self._kind, len(event.emitted), event.window_ms)
+
+
+class PricedTakeoverPolicy:
+    """The takeover priced by the chooser (engine.speculation.takeover.priced_takeover)."""
+
+    def __init__(self, chooser: WindowChooser, model: str, depth: int, width: int,
+                 ngram_depth: int) -> None:
+        self.chooser, self.model, self.depth, self.width = chooser, model, depth, width
+        self.ngram_depth = ngram_depth
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        d = _depth(self.depth, ctx)
+        if d == 0:
+            return plain_plan(self.model, Cause.LAST_TOKEN)
+        kind, p, figures = priced_takeover(self.chooser, ctx.has_match(), self.model,
+                                           _depth(max(d, self.ngram_depth), ctx), d, self.width)
+        who = {NGRAM: "tree", PLAIN: "none", MODEL: self.model}[kind]
+        return Plan(who, p.depth, p.width, p.rows, Cause.PRICED_TAKEOVER, p.predicted_ms,
+                    p.expected_tokens, figures, p.explore)
+
+    def observe(self, event: WindowEvent) -> None:
+        self.chooser.observe_event(event)
+
+
+class ArFloorPolicy:
+    """The AR floor (engine.cost.floor) in front of another policy: one timed plain step, then
+    the other policy's windows as probes, and plain steps for good if none paid."""
+
+    def __init__(self, inner: WindowPolicy, floor: ArFloor, drafter: str) -> None:
+        self.inner, self.floor, self.drafter = inner, floor, drafter
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        # the request's last token is the inner policy's to say (it needs no floor)
+        if ctx.remaining > 1 and self.floor.want_plain_step():
+            return plain_plan(self.drafter, Cause.AR_FLOOR, **self.floor.figures)
+        return self.inner.plan(ctx)
+
+    def observe(self, event: WindowEvent) -> None:
+        if event.depth == 0 and self.floor.want_plain_step():
+            self.floor.record_plain(event.window_ms)
+        elif event.tokens:
+            self.floor.record_window(event.window_ms, len(event.emitted))
+        self.inner.observe(event)
+
+
+class Learning:
+    """Another policy decides; the chooser still learns from every window (adaptive switched
+    off mid-run keeps what it learned for a switch back on)."""
+
+    def __init__(self, inner: WindowPolicy, chooser: WindowChooser) -> None:
+        self.inner, self.chooser = inner, chooser
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        return self.inner.plan(ctx)
+
+    def observe(self, event: WindowEvent) -> None:
+        self.inner.observe(event)
+        self.chooser.observe_event(event)
