@@ -2,6 +2,7 @@
 
     specscope                                   open the window, start a run on the default prompt
     specscope --screenshot F.png --windows N    run N windows offscreen, save the window as PNG
+    specscope --size 1280x720                   the window at that size (with --screenshot too)
     specscope --replay session.jsonl            browse a recording (no model needed)
 
 With no display ($DISPLAY and $WAYLAND_DISPLAY unset and no QT_QPA_PLATFORM chosen) the same
@@ -83,6 +84,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     win = MainWindow(RuntimeSpec(args.model, args.device, args.dtype, args.weights), prompt,
                      settings=settings, probe=not args.no_probe)
+    if getattr(args, "size", None):
+        win.resize(*args.size)
     if shot:
         return run_offscreen(app, win, shot, windows, args.replay, print_report)
     win.show()

@@ -7,13 +7,15 @@ window boundary); if it does not, the ParameterError's message shows inline and 
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QGroupBox, QHBoxLayout,
                                QLabel, QLineEdit, QRadioButton, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from engine.errors import ParameterError
 from engine.speculation.sampling import SamplingConfig
 from engine.speculation.settings import DRAFTERS, MATCH_RULES, NGRAM_DRAFTERS, DecodeSettings
+
+from workbench.widgets import pass_window_keys
 
 
 def _fit(w: QWidget) -> QWidget:
@@ -184,6 +186,17 @@ class ControlsPanel(QScrollArea):
                   self.repeat_penalty, self.presence_penalty, self.frequency_penalty):
             w.valueChanged.connect(self._changed)
         self._last_valid = self.settings()
+        pass_window_keys(self)            # Space pauses and N steps with a number field focused
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        """As wide as the inputs need (the horizontal scroll bar is off: narrower would clip
+        them), as short as a few lines (the vertical one scrolls)."""
+        body = self.widget().minimumSizeHint()
+        return QSize(body.width() + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth(),
+                     120)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(self.minimumSizeHint().width() + 16, self.widget().sizeHint().height())
 
     # ---- settings in and out ----------------------------------------------------------------
     def set_settings(self, s: DecodeSettings) -> None:

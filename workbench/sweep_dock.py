@@ -81,6 +81,8 @@ class SweepDock(QWidget):
 
         self.workload = QComboBox()
         self.workload.setEditable(True)
+        self.workload.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.workload.setMinimumContentsLength(10)
         self.workload.addItems(list(WORKLOADS))
         self.workload.setToolTip("code-edit, specbench[:CATEGORY,...] or a .jsonl prompt file")
         pick = QPushButton("File…")
@@ -117,13 +119,15 @@ class SweepDock(QWidget):
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setFormat("idle")
+        self.bar.setMinimumWidth(80)
         self.status = QLabel("")
         self.status.setObjectName("muted")
         self.status.setWordWrap(True)
         self.heatmap = HeatmapView()
         self.heatmap.cell_clicked.connect(self.apply_cell.emit)
-        column(self, form, row(self.run_button, self.cancel_button, self.load_button, 1,
-                               self.apply_button, self.race_button),
+        # two lines of buttons: one would set the dock's (and the window's) least width
+        column(self, form, row(self.run_button, self.cancel_button, self.load_button, 1),
+               row(self.apply_button, self.race_button, 1),
                self.bar, self.status, (self.heatmap, 1))
         self.worker.item.connect(self._on_tick)
         self.worker.done.connect(self._on_done)

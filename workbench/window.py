@@ -118,7 +118,16 @@ class MainWindow(QMainWindow):
         super().showEvent(e)
         if not self._sized:          # dock sizes only take once the window has its geometry
             self._sized = True
-            self.docks.default_sizes()
+            self.docks.fit_window(reset=True)
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        if self._sized:              # a size across a line of workbench.chrome.Docks: another arrangement
+            QTimer.singleShot(0, self.docks.fit_window)
+
+    def reset_layout(self) -> None:
+        """View > Reset layout: every dock back (closed ones too), arranged for this size."""
+        self.docks.fit_window(reset=True)
 
     def _connect(self) -> None:
         w = self.worker                    # what concerns the session, not one run

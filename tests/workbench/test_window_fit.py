@@ -1,0 +1,146 @@
+"""The window as people meet it (issue 25): small screens, Reset layout, keys with a number field
+focused, a timeline click, buttons that stay put, labels that never widen their docks."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QPoint, QSize, Qt
+from PySide6.QtWidgets import QDockWidget
+
+from tests.workbench.conftest import TIMEOUT_MS, wait_windows
+
+
+def _settle(qtbot, qapp, win, size) -> None:
+    win.resize(*size)
+    qtbot.waitUntil(lambda: win.size() == QSize(*size), timeout=5000)
+    for _ in range(3):            # the arrangement follows the resize at the next turn of the loop
+        qapp.processEvents()
+        qtbot.wait(20)
+
+
+def _in_front(win, d: QDockWidget) -> bool:
+    """A dock on screen: shown and not a tab behind another."""
+    return d.isVisible() and not d.visibleRegion().isEmpty()
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1024, 768)])
+def test_docks_fit_small_windows_and_keep_their_least_size(qtbot, qapp, make_window, size):
+    win = make_window()
+    _settle(qtbot, qapp, win, size)
+    assert (win.width(), win.height()) == size          # the window did not grow past the screen
+    shown = [d for d in win.docks.by_name.values() if _in_front(win, d)]
+    assert {"controls", "tree", "rows"} <= {d.objectName() for d in shown}
+    for d in shown:
+        hint = d.minimumSizeHint()
+        assert d.width() >= hint.width() and d.height() >= hint.height(), (d.objectName(), d.size(), hint)
+        top_left = d.mapTo(win, QPoint(0, 0))
+        assert win.rect().contains(top_left) and win.rect().contains(top_left + QPoint(d.width() - 1, d.height() - 1)), \
+            (d.objectName(), top_left, d.size())
+    # every input of the Controls panel is whole inside its dock (the panel scrolls vertically only)
+    panel = win.controls
+    view = panel.viewport()
+    for w in (panel.depth, panel.width, panel.ngram_max, panel.match, panel.top_p, panel.presence_penalty,
+              panel.penalty_window, panel.max_new_tokens, panel.takeover):
+        right = w.mapTo(view, QPoint(w.width(), 0)).x()
+        assert 0 < right <= view.width(), (w, right, view.width())
+    assert win.docks.mode == (size[0] < 1200, size[1] < 820)
+
+
+def test_reset_layout_brings_every_dock_back_and_the_wide_layout_returns(qtbot, qapp, make_window):
+    win = make_window()
+    _settle(qtbot, qapp, win, (1024, 768))
+    assert win.docks.mode == (True, True)
+    _settle(qtbot, qapp, win, (1640, 1000))
+    assert win.docks.mode == (False, False)                        # back to the default size: the default layout
+    assert win.docks["penalty"].width() < win.docks["rows"].width()   # penalty beside output again
+    win.docks["penalty"].close()
+    win.docks["roofline"].setFloating(True)
+    assert win.docks.user_arranged
+    _settle(qtbot, qapp, win, (1024, 768))
+    assert win.docks.mode == (False, False)              # the user's arrangement is left alone
+    reset = next(a for a in win.menuBar().actions() if a.text() == "&View").menu().actions()[-1]
+    assert reset.text() == "Reset layout"
+    reset.trigger()
+    qapp.processEvents()
+    assert win.docks.mode == (True, True) and not win.docks["roofline"].isFloating()
+    assert win.docks["penalty"].isVisible() or win.tabifiedDockWidgets(win.docks["penalty"])
+
+
+def test_space_and_n_work_with_a_spin_box_focused(qtbot, qapp, make_window):
+    import dataclasses
+
+    from tests.workbench.conftest import SMALL
+    win = make_window(dataclasses.replace(SMALL, draft="lookup", max_new_tokens=200))
+    win.activateWindow()
+    qtbot.waitUntil(lambda: qapp.activeWindow() is win)
+    assert win.start_run()
+    wait_windows(qtbot, win, 1)
+    box = win.controls.depth
+    box.setFocus()
+    qtbot.waitUntil(lambda: box.hasFocus() or box.lineEdit().hasFocus())
+    before = box.value()
+    qtbot.keyClick(box.lineEdit(), Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: win.run.state == "paused", timeout=TIMEOUT_MS)
+    qtbot.wait(300)
+    n = len(win.store)
+    qtbot.keyClick(box.lineEdit(), Qt.Key.Key_N)                 # one more window
+    wait_windows(qtbot, win, n + 1)
+    assert box.value() == before and "n" not in box.lineEdit().text().lower()
+    qtbot.keyClick(box.lineEdit(), Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: win.run.state == "idle", timeout=TIMEOUT_MS)
+
+
+def test_a_click_on_the_timeline_jumps_to_that_window(qtbot, qapp, make_window):
+    tl = make_window().timeline
+    tl.set_count(100)
+    tl.set_value(0)
+    s = tl.slider
+    x = s.width() * 3 // 4
+    qtbot.mouseClick(s, Qt.MouseButton.LeftButton, pos=QPoint(x, s.height() // 2))
+    assert abs(tl.value() - s.value_at(x)) == 0 and 65 <= tl.value() <= 85, tl.value()   # not 10
+
+
+def test_one_resume_button_and_the_toolbar_does_not_shift(qtbot, qapp, make_window):
+    from PySide6.QtWidgets import QToolBar
+
+    from workbench import chrome
+    win = make_window()
+    bar = next(t for t in win.findChildren(QToolBar) if t.objectName() == "run_toolbar")
+    buttons = [bar.widgetForAction(a) for a in win.acts.run_actions()] + [bar.widgetForAction(win.acts.save_recording)]
+
+    def layout():
+        qapp.processEvents()
+        return [b.geometry().x() for b in buttons]
+
+    idle = layout()
+    for state, paused in (("running", False), ("paused", True), ("idle", False)):
+        chrome.update_actions(win.acts, state, paused, True)
+        assert layout() == idle, state
+        texts = [a.text() for a in win.acts.run_actions()]
+        assert texts.count("Resume") == (1 if state == "paused" else 0), texts
+
+
+def test_long_texts_elide_instead_of_widening(qtbot, qapp, make_window):
+    win = make_window()
+    _settle(qtbot, qapp, win, (1280, 720))
+    race = win.docks["race"]
+    before = race.minimumSizeHint().width()
+    long = "A won: " + "a very long verdict " * 20
+    win.race.result.setText(long)
+    win.status.say(long)
+    win.status.source.setText(long)
+    qapp.processEvents()
+    assert race.minimumSizeHint().width() == before
+    assert win.width() == 1280
+    for label in (win.race.result, win.status.text, win.status.source):
+        assert label.is_elided() and label.toolTip().startswith(long)
+
+
+def test_heat_map_depth_axis_has_no_scale_suffix(qtbot, make_window):
+    win = make_window()
+    result = {"config": {"depths": [2, 4], "widths": [1]}, "planned": ["lookup:2:1", "lookup:4:1"],
+              "cells": [], "device": "cpu", "prompts": []}
+    win.sweep.heatmap.set_result(result)
+    axis = win.sweep.heatmap.plot.getAxis("bottom")
+    axis.setRange(-0.0005, 0.0005)                      # a range pyqtgraph would scale by 1000
+    assert "x0.001" not in axis.labelString() and "draft depth" in axis.labelString()
