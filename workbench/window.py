@@ -331,13 +331,17 @@ class MainWindow(QMainWindow):
 
     def render_now(self, split: bool = False, force: bool = False) -> bool:
         """Redraw the pending views for the timeline's window; True if anything was drawn.
-        With `split` (a run streams) one view is drawn per call (see workbench.frames); with
-        `force` the plots are drawn even if a run streams and they were drawn a moment ago."""
+        With `split` (a run streams) one slot is drawn per call, the window views together or
+        one plot (see workbench.frames); with `force` the plots are drawn even if a run streams
+        and they were drawn a moment ago. The timeline moves to a new window only in a frame
+        that draws the window views too, so they and the timeline always show the same window
+        (a plot drawn alone draws the run up to the window they show)."""
         now = time.perf_counter()
-        self._sync_timeline()
         views = self.pacer.take(now, self._streaming() and not force, split)
         if not views:
             return False
+        if not split or any(not v.is_plot for v in views):
+            self._sync_timeline()
         shown = self._shown()
         for v in views:
             v.update_from(shown)

@@ -144,3 +144,35 @@ def test_heat_map_depth_axis_has_no_scale_suffix(qtbot, make_window):
     axis = win.sweep.heatmap.plot.getAxis("bottom")
     axis.setRange(-0.0005, 0.0005)                      # a range pyqtgraph would scale by 1000
     assert "x0.001" not in axis.labelString() and "draft depth" in axis.labelString()
+
+
+def test_every_view_shows_the_timelines_window_while_streaming(qtbot, make_window):
+    """The tree, the verify rows, the penalty history, the output and the timeline agree on one
+    window after every frame of a live run (frames drawn one view at a time used to leave them
+    a few windows apart until the run paused)."""
+    import dataclasses
+
+    from tests.workbench.conftest import SMALL, wait_idle
+    win = make_window(dataclasses.replace(SMALL, draft="lookup", depth=4, max_new_tokens=80))
+    checked, split_frames = [], []
+    draw = win.render_now
+
+    def render_and_check(split=False, force=False):
+        drawn = draw(split=split, force=force)
+        if drawn and split:
+            split_frames.append(True)
+        if drawn and win.tree._event is not None:     # after every frame, not only the last
+            ev = win.store[win.timeline.value()]
+            assert win.tree._event is ev
+            assert win.rows._event is ev
+            assert win.penalty._key[0] is ev
+            assert win.output._shown == win.timeline.value()
+            assert win.tree.summary.full_text().startswith(f"window {ev.index} ")
+            checked.append(ev.index)
+        return drawn
+
+    win.render_now = render_and_check
+    assert win.start_run()
+    wait_idle(qtbot, win)
+    assert win.last_error is None
+    assert len(checked) >= 3 and split_frames, (checked, len(win.store))
