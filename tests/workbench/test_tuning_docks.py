@@ -104,7 +104,7 @@ def test_race_shows_two_outputs_to_the_finish_line_and_stops_cleanly(qtbot, make
         assert race.start()
     report = done.args[0]
     a, b = race.lanes
-    assert report["winner"] in (0, 1) and "won" in race.result.text()
+    assert report["winner"] in (0, 1) and "won" in race.result.full_text()
     assert [s["new_tokens"] for s in report["sides"]] == [10, 10]
     # greedy: both settings write the same text, token for token
     assert a.output.toPlainText() and a.output.toPlainText() == b.output.toPlainText()
@@ -118,7 +118,7 @@ def test_race_shows_two_outputs_to_the_finish_line_and_stops_cleanly(qtbot, make
         assert race.start()
         qtbot.waitUntil(lambda: bool(a.output.toPlainText()), timeout=TIMEOUT_MS)
         race.stop()
-    assert not race.running and race.worker.wait(5000) and "stopped" in race.result.text()
+    assert not race.running and race.worker.wait(5000) and "stopped" in race.result.full_text()
     assert race.start_button.isEnabled() and not race.stop_button.isEnabled()
     assert win.start_run()
     wait_windows(qtbot, win, 1)

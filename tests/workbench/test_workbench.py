@@ -119,7 +119,7 @@ def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
     wait_idle(qtbot, win)
     # the weights the card runs are named where the run and its roofline are described
     label = cpu_runtime.weights_label
-    assert label.startswith("Q4_1 as float32") and label in win.status.source.text()
+    assert label.startswith("Q4_1 as float32") and label in win.status.source.full_text()
     assert win.store.header["weights"] == label and label in win.roofline.legend.text()
     store = win.store
     assert len(store) >= 2
