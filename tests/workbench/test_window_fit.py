@@ -176,3 +176,35 @@ def test_every_view_shows_the_timelines_window_while_streaming(qtbot, make_windo
     wait_idle(qtbot, win)
     assert win.last_error is None
     assert len(checked) >= 3 and split_frames, (checked, len(win.store))
+
+
+def test_tok_s_leaves_paused_time_out(qtbot, make_window):
+    """A pause is not decoding time: the windows after it, the headline and the report count only
+    the time the decoder ran (13.6 tok/s fell to 2.3 after a pause)."""
+    import dataclasses
+    import time
+
+    from tests.workbench.conftest import SMALL, wait_idle
+    win = make_window(dataclasses.replace(SMALL, draft="lookup", max_new_tokens=400))
+    assert win.start_run()
+    wait_windows(qtbot, win, 2)
+    win.toggle_pause()
+    qtbot.waitUntil(lambda: win.run.state == "paused", timeout=TIMEOUT_MS)
+    qtbot.wait(200)                               # the window in flight lands
+    before = win.store[-1]
+    t0 = time.perf_counter()
+    qtbot.wait(1500)
+    held = time.perf_counter() - t0
+    win.toggle_pause()
+    wait_windows(qtbot, win, before.index + 3)
+    after = win.store[before.index + 1]
+    assert after.stats.elapsed_s - before.stats.elapsed_s < held - 0.5, (before.stats, after.stats, held)
+    assert after.stats.tok_s == pytest.approx(after.stats.new_tokens / after.stats.elapsed_s)
+    win.stop()
+    wait_idle(qtbot, win)
+    report = win.last_report
+    assert report["paused_s"] >= held - 0.1
+    assert report["tok_s"] == pytest.approx(report["new_tokens"] / report["wall_s"], rel=1e-3)
+    win.render_all()
+    assert win.stats.state["tok_s"] == win.store[-1].stats.tok_s
+    assert f"{win.store[-1].stats.tok_s:.1f} tok/s" in win.stats.headline.text()
