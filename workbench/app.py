@@ -74,6 +74,9 @@ def main(args: argparse.Namespace) -> int:
     theme.apply_theme(app)
     prompt = None
     try:
+        if not args.replay:     # a path that is no model: one line here, not a window that fails
+            from engine.io.load import check_model
+            check_model(args.model)
         if args.gui_prompt_file:
             prompt = engine_api.read_prompt_file(args.gui_prompt_file)
         if args.replay:         # its reason on stderr too, not only in the window's banner
@@ -88,12 +91,15 @@ def main(args: argparse.Namespace) -> int:
         win.resize(*args.size)
     if shot:
         return run_offscreen(app, win, shot, windows, args.replay, print_report)
+    # what the window's banner says of a failed run, the terminal hears too
+    win.run.failed.connect(lambda message, kind: print(f"specscope: error: {message}", file=sys.stderr))
     win.show()
     if args.replay:
         win.open_recording(args.replay)
     else:
         win.start_run()
-    return app.exec()
+    code = app.exec()
+    return 2 if code == 0 and win.model_failed else code
 
 
 def run_offscreen(app, win, path: str, windows: int | None, replay: str | None = None,

@@ -267,15 +267,19 @@ def build_menus(win: QMainWindow, acts: Actions, docks: Docks) -> None:
     v.addAction(acts.reset_layout)
 
 
-def update_actions(acts: Actions, state: str, paused: bool, live: bool) -> None:
-    """Enable and name the run actions for the run's `state` (see workbench.run_control)."""
+def update_actions(acts: Actions, state: str, paused: bool, live: bool, blocked: str = "") -> None:
+    """Enable and name the run actions for the run's `state` (see workbench.run_control).
+    `blocked`: why no run can start (the model did not load): Run and Step off, saying so."""
     busy = state != "idle"
     resume = paused and busy
-    acts.run.setEnabled(not busy)           # one Resume: the Pause button's (Space)
+    acts.run.setEnabled(not busy and not blocked)     # one Resume: the Pause button's (Space)
+    for a, tip in ((acts.run, "start a run with the prompt and settings shown (F5, Ctrl+Return)"),
+                   (acts.step, "run one window (N)")):
+        a.setToolTip(f"the model did not load: {blocked}" if blocked else tip)
     acts.pause.setEnabled(state in ("running", "paused"))
     acts.pause.setText("Resume" if resume else "Pause")
     acts.pause.setIcon(theme.icon_run() if resume else theme.icon_pause())
-    acts.step.setEnabled(live or not busy)
+    acts.step.setEnabled((live or not busy) and not blocked)
     acts.stop.setEnabled(busy)
 
 

@@ -62,6 +62,7 @@ class MainWindow(QMainWindow):
         self.runtime_info: dict | None = None
         self.last_report: dict | None = None
         self.last_error: tuple[str, str] | None = None
+        self.model_failed = False          # the model could not be loaded (Run and Step wait for another)
         self._selected_row = 0
         self._row_window = -1              # window the selected row belongs to
         self.render_times_ms: list[float] = []
@@ -190,7 +191,7 @@ class MainWindow(QMainWindow):
     def next_or_step(self) -> None:
         if self.timeline.count and self.timeline.value() < self.timeline.count - 1:
             self.scrub(+1)
-        elif self.mode == "live":
+        elif self.mode == "live" and not self.model_failed:
             self.step()
 
     def scrub(self, delta: int) -> None:
@@ -239,6 +240,7 @@ class MainWindow(QMainWindow):
     # ---- what the worker reports --------------------------------------------------------------
     def _on_runtime(self, info: dict) -> None:
         self.runtime_info = info
+        self.model_failed = False
         self.status.say(f"loaded {info['model']} on {info['device']} ({info['dtype']}; "
                         f"{info['weights']}) in {info['load_s']:.1f} s")
         self.roofline.set_weights(info["weights"])
@@ -270,6 +272,9 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, message: str, kind: str) -> None:
         self.last_error = (message, kind)
+        if kind == "model":
+            self.model_failed = True
+            self._update_actions()
         title = {"model": "Cannot load the model", "parameter": "Bad setting",
                  "memory": "Out of memory"}.get(kind, "Engine error")
         self.show_error(message, title)
@@ -282,7 +287,8 @@ class MainWindow(QMainWindow):
 
     def _update_actions(self, *_) -> None:
         live = self.mode == "live"
-        chrome.update_actions(self.acts, self.run.state, self.run.paused, live)
+        chrome.update_actions(self.acts, self.run.state, self.run.paused, live,
+                              blocked=self.last_error[0] if self.model_failed and self.last_error else "")
         self.status.set_state(self.run.state if live else "replay")
         if not self.run.busy and live and self.last_error is None and self.last_report is not None:
             self.status.progress.hide()

@@ -208,3 +208,24 @@ def test_tok_s_leaves_paused_time_out(qtbot, make_window):
     win.render_all()
     assert win.stats.state["tok_s"] == win.store[-1].stats.tok_s
     assert f"{win.store[-1].stats.tok_s:.1f} tok/s" in win.stats.headline.text()
+
+
+@pytest.mark.parametrize("what", ["missing", "text"])
+def test_a_path_that_is_no_model_is_one_line_and_exit_2(tmp_path, what):
+    """`specscope --model X`: one line on stderr and a non-zero exit, not a window with a banner
+    that exits 0."""
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "nonexistent.gguf"
+    if what == "text":
+        path = tmp_path / "notes.gguf"
+        path.write_text("hello, this is a text file\n")
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    out = subprocess.run([sys.executable, "-m", "specscope.cli", "--model", str(path)], capture_output=True,
+                         text=True, timeout=300, env=env, cwd=tmp_path)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip() and "propagateSizeHints" not in ln]
+    assert out.returncode == 2, out
+    assert len(lines) == 1 and lines[0].startswith("specscope: error: "), lines
+    assert str(path) in lines[0] and "b'" not in lines[0]
+    assert not (tmp_path / "specscope-screenshot.png").exists()      # no window was opened

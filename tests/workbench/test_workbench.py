@@ -392,6 +392,10 @@ def test_bad_model_shows_banner_and_worker_survives(qtbot, make_window, cpu_spec
     message, kind = win.last_error
     assert kind == "model"
     assert "broken.gguf" in win.banner.message()
+    qtbot.waitUntil(lambda: win.run.state == "idle")
+    # nothing to run until another model: Run and Step are off and say why
+    assert not win.acts.run.isEnabled() and not win.acts.step.isEnabled()
+    assert "broken.gguf" in win.acts.run.toolTip()
     preload_runtime(cpu_spec, cpu_runtime)       # the failed load freed the shared model
     win.spec = cpu_spec
     assert win.start_run()                       # the same worker thread runs again
