@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow
+from PySide6.QtWidgets import QApplication, QMainWindow
 
 from engine.errors import ParameterError, SpecscopeError
 from engine.speculation.events import WindowEvent
 from engine.speculation.settings import USER_DEFAULTS, DecodeSettings
 
-from workbench import chrome, engine_api
+from workbench import chrome, dialogs, engine_api
 from workbench.controls import ControlsPanel
 from workbench.frames import FramePacer
 from workbench.pyside_fix import guard_singletons
@@ -416,13 +416,12 @@ class MainWindow(QMainWindow):
         return True
 
     def open_recording_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open recording", "", "Recordings (*.jsonl);;All files (*)")
+        path = dialogs.open_file(self, "Open recording", "Recordings (*.jsonl);;All files (*)")
         if path:
             self.open_recording(path)
 
     def save_recording_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save recording", "specscope-session.jsonl",
-                                              "Recordings (*.jsonl)")
+        path = dialogs.save_file(self, "Save recording", "specscope-session.jsonl", "Recordings (*.jsonl)")
         if path:
             self.save_recording(path)
             self.status.say(f"saved {len(self.store)} windows to {path}")

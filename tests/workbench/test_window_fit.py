@@ -229,3 +229,61 @@ def test_a_path_that_is_no_model_is_one_line_and_exit_2(tmp_path, what):
     assert len(lines) == 1 and lines[0].startswith("specscope: error: "), lines
     assert str(path) in lines[0] and "b'" not in lines[0]
     assert not (tmp_path / "specscope-screenshot.png").exists()      # no window was opened
+
+
+def test_save_dialogs_open_at_home_then_where_the_user_last_saved(qtbot, make_window, tmp_path, monkeypatch):
+    """Not in the folder the program started from (often the source tree)."""
+    from pathlib import Path
+
+    from PySide6.QtCore import QCoreApplication
+    from PySide6.QtWidgets import QFileDialog
+
+    from workbench import dialogs, export
+    QCoreApplication.instance().setProperty(dialogs._KEY, None)
+    win = make_window()
+    asked = []
+
+    def fake_save(parent, title, start, filters):     # the native dialog blocks: answer for the user
+        asked.append(Path(start))
+        return str(tmp_path / "out" / Path(start).name), filters
+
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(fake_save))
+    monkeypatch.chdir(tmp_path)
+    win.save_recording_dialog()
+    export._ask_csv(win)
+    assert asked[0] == Path.home() / "specscope-session.jsonl"
+    assert asked[1] == tmp_path / "out" / "specscope-rows.csv"          # where the last save went
+    assert (tmp_path / "out" / "specscope-rows.csv").is_file()
+
+
+def test_a_sweep_cell_exports_for_us_llama_cpp_and_vllm(qtbot, make_window, cpu_runtime, tmp_path):
+    import json
+
+    from engine.io.workloads import load_workload
+    from engine.tuning.export import export_cell
+    from engine.tuning.grid import SweepConfig
+    from engine.tuning.sweep import Sweep
+    from tests.sweep_helpers import workload_file
+    path = workload_file(tmp_path)
+    cfg = SweepConfig(workload=str(path), drafts=("lookup",), depths=(3,), widths=(1,), prompts=1,
+                      new_tokens=6)
+    sweep = Sweep(cpu_runtime, cfg, load_workload(str(path), None, 1))
+    for _ in sweep.steps():
+        pass
+    win = make_window()
+    win.sweep._show(sweep.result)
+    assert win.sweep.export_button.isEnabled()
+    cell = max((c for c in sweep.result["cells"] if c.get("status") == "done"), key=lambda c: c["ratio_to_ar"])
+    dialog = win.sweep.export_dialog(show=False)
+    for fmt in ("cli", "llamacpp", "vllm"):
+        dialog.choose(cell["id"], fmt)
+        expected = export_cell(cell, sweep.result, fmt)
+        assert dialog.text.toPlainText() == expected.text          # what `specscope export` prints
+        assert all(n in dialog.notes.text() for n in expected.notes)
+    assert json.loads(dialog.text.toPlainText())["num_speculative_tokens"] >= 1
+    dialog.copy()
+    from PySide6.QtWidgets import QApplication
+    assert QApplication.clipboard().text() == dialog.text.toPlainText()
+    dialog.save(str(tmp_path / "spec.json"))
+    assert json.loads((tmp_path / "spec.json").read_text()) == json.loads(dialog.text.toPlainText())

@@ -174,8 +174,10 @@ def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
     rows_csv = export.export_csv(win, tmp_path / "rows.csv")
     with rows_csv.open(newline="", encoding="utf-8") as f:
         lines = list(csv.reader(f))
-    assert len(lines) == 1 + len(store[-1].rows)
-    assert [ln[5] for ln in lines[1:]] == [r.draft_text for r in store[-1].rows]
+    # the whole run, not only the window shown
+    assert len(lines) == 1 + sum(len(ev.rows) for ev in store.events)
+    assert [(int(ln[0]), ln[5]) for ln in lines[1:]] == [(ev.index, r.draft_text) for ev in store.events
+                                                           for r in ev.rows]
 
     # a recording replays to the same view state, without a model
     rec = win.save_recording(tmp_path / "session.jsonl")

@@ -16,14 +16,14 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
+from PySide6.QtWidgets import (QComboBox, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
                                QTabWidget, QTextEdit, QToolTip, QWidget)
 
 from engine.errors import ParameterError, SpecscopeError
 from engine.io.prompts import default_prompt, read_prompt_file
 from engine.speculation.events import FROM_DRAFT
 
-from workbench import theme
+from workbench import dialogs, theme
 from workbench.store import EventStore
 from workbench.views.base import Shown
 from workbench.widgets import ElidedLabel, column, row
@@ -215,7 +215,7 @@ class PromptEditor(QWidget):
             return False
 
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open prompt", "", "Prompts (*.txt *.json);;All files (*)")
+        path = dialogs.open_file(self, "Open prompt", "Prompts (*.txt *.json);;All files (*)")
         if path:
             self.load_file(path)
 
