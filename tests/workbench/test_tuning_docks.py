@@ -60,6 +60,8 @@ def test_sweep_dock_cancels_resumes_draws_and_a_click_applies_the_cell(qtbot, ma
                   and c["status"] == "done")
     assert win.start_run()
     wait_windows(qtbot, win, 2)
+    win.docks["sweep"].raise_()                  # in front, as for a user's click
+    qtbot.waitUntil(lambda: hm.plot_widget.height() > 100)
     qtbot.mouseClick(hm.plot_widget.viewport(), Qt.MouseButton.LeftButton,
                      pos=hm.cell_center(target["id"]).toPoint())
     s = win.controls.settings()
