@@ -162,6 +162,8 @@ class MainWindow(QMainWindow):
             return False
         self.banner.hide()
         self.last_error = None
+        if self.mode == "replay":          # said at once: the model may take seconds to load
+            self.status.say("replay closed: a live run with the prompt and settings shown starts")
         self.mode = "live"
         self.store.clear()
         self.last_report = None
@@ -193,6 +195,8 @@ class MainWindow(QMainWindow):
             self.scrub(+1)
         elif self.mode == "live" and not self.model_failed:
             self.step()
+        elif self.mode == "replay":
+            self.status.say("the recording ends here: Run (F5) starts a live run with its settings")
 
     def scrub(self, delta: int) -> None:
         self.show_window(self.timeline.value() + delta)

@@ -287,3 +287,23 @@ def test_a_sweep_cell_exports_for_us_llama_cpp_and_vllm(qtbot, make_window, cpu_
     assert QApplication.clipboard().text() == dialog.text.toPlainText()
     dialog.save(str(tmp_path / "spec.json"))
     assert json.loads((tmp_path / "spec.json").read_text()) == json.loads(dialog.text.toPlainText())
+
+
+def test_run_and_step_during_a_replay_say_what_they_do(qtbot, make_window, tmp_path):
+    import dataclasses
+
+    from tests.workbench.conftest import SMALL, wait_idle
+    win = make_window(dataclasses.replace(SMALL, max_new_tokens=6))
+    assert win.start_run()
+    wait_idle(qtbot, win)
+    rec = win.save_recording(tmp_path / "r.jsonl")
+    assert win.open_recording(rec) and win.mode == "replay"
+    win.show_window(len(win.store) - 1)
+    win.acts.next.trigger()                      # N / Right at the end of a recording
+    assert "recording ends here" in win.status.text.full_text()
+    assert win.acts.run.isEnabled()
+    win.acts.run.trigger()
+    assert win.mode == "live" and win.run.state != "idle"
+    assert "live run" in win.status.text.full_text() and win.status.chip.text() != "replay"
+    wait_idle(qtbot, win)
+    assert win.last_error is None and len(win.store) >= 1 and win.last_report is not None
