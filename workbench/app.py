@@ -33,11 +33,13 @@ def display_available(env: dict | None = None) -> bool:
 def window_settings(args: argparse.Namespace):
     """The settings the window starts with: the window's draft options (--draft, --draft-model,
     --exit-layer, --depth, --temperature), the user's defaults for the rest (adaptive windows
-    priced on the card, with the AR floor: model drafts are priced too)."""
+    priced on the card, with the AR floor: model drafts are priced too). A model drafter starts
+    as a chain (width 1), as the controls switch to one."""
     from dataclasses import replace
 
-    from engine.speculation.settings import USER_DEFAULTS as d
-    s = replace(d, draft=getattr(args, "gui_draft", d.draft),
+    from engine.speculation.settings import MODEL_DRAFTERS, USER_DEFAULTS as d
+    draft = getattr(args, "gui_draft", d.draft)
+    s = replace(d, draft=draft, width=1 if draft in MODEL_DRAFTERS else d.width,
                 draft_model=getattr(args, "gui_draft_model", None),
                 exit_layer=getattr(args, "gui_exit_layer", d.exit_layer),
                 depth=getattr(args, "gui_depth", d.depth))

@@ -307,3 +307,29 @@ def test_run_and_step_during_a_replay_say_what_they_do(qtbot, make_window, tmp_p
     assert "live run" in win.status.text.full_text() and win.status.chip.text() != "replay"
     wait_idle(qtbot, win)
     assert win.last_error is None and len(win.store) >= 1 and win.last_report is not None
+
+
+def test_early_exit_drafts_a_chain_as_the_readme_says(qtbot, make_window):
+    """Switching to a model drafter makes it a chain (width 1; wider is a tree on purpose), and
+    the tree view draws one node per depth; back to the n-gram tree, the tree's width."""
+    import dataclasses
+
+    from tests.workbench.conftest import SMALL, wait_idle
+    win = make_window(dataclasses.replace(SMALL, width=3, max_new_tokens=10))
+    c = win.controls
+    c.exit_layer.setValue(20)
+    c.adaptive.setChecked(False)
+    with qtbot.waitSignal(c.settings_changed) as sig:
+        c.draft.setCurrentText("early-exit")
+    assert sig.args[0].width == 1 and c.width.value() == 1
+    assert win.start_run()
+    wait_idle(qtbot, win)
+    drafted = [ev for ev in win.store.events if ev.tokens]
+    assert drafted and all(ev.drafter == "early-exit" for ev in drafted)
+    for ev in drafted:
+        assert list(ev.parents) == list(range(-1, len(ev.tokens) - 1))       # a chain
+        win.show_window(ev.index)
+        columns = [it.boundingRect().center().x() for it in win.tree._items if it.row > 0]
+        assert len(columns) == len(ev.tokens) == len(set(columns))          # one draft node a depth
+    c.draft.setCurrentText("tree")
+    assert c.width.value() == 3
