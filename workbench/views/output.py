@@ -65,7 +65,7 @@ class OutputView(QWidget):
         keys.setObjectName("muted")
         keys.setWordWrap(True)            # two lines in a narrow dock rather than a wider dock
         keys.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        column(self, row((self.info, 1), (keys, 2)), (self.text, 1))
+        column(self, row((self.info, 1), (keys, 5)), (self.text, 1))
         self._formats = {}
         for kind, color in theme.KIND_COLOR.items():
             f = QTextCharFormat()

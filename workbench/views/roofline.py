@@ -17,13 +17,13 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QLabel, QMenu, QSizePolicy, QToolButton, QWidget
+from PySide6.QtWidgets import QCheckBox, QLabel, QMenu, QToolButton, QWidget
 
 from workbench import theme
 from workbench.profiles import Curve, curve_from_profile
 from workbench.store import EventStore
 from workbench.views.base import Shown
-from workbench.widgets import column, row
+from workbench.widgets import ElidedLabel, column, row
 
 ROWS_GRID = np.unique(np.round(np.logspace(0, math.log10(512), 160)).astype(int))
 TICKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -49,9 +49,8 @@ class RooflineView(QWidget):
         self.refs_button.setMenu(self.refs_menu)
         self.weights: str | None = None          # the weights the card runs (set_weights)
         self._last_describe: tuple | None = None
-        self.info = QLabel("")
+        self.info = ElidedLabel("")          # one line, cut with "…" (whole in the tooltip)
         self.info.setObjectName("muted")
-        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.plot_widget = pg.PlotWidget()
         self.plot = self.plot_widget.getPlotItem()
         theme.style_plot(self.plot, "", left="ms per pass", bottom="verify rows")
