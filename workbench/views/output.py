@@ -59,13 +59,15 @@ class OutputView(QWidget):
         self.text = _OutputText(self)
         self.info = QLabel("")
         self.info.setObjectName("muted")
-        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.info.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Preferred)
         keys = QLabel(" &nbsp; ".join(f"<span style='color:{theme.KIND_COLOR[k]}'>■</span> {label}" for k, label in (
             (FROM_DRAFT, "draft"), ("bonus", "bonus"), ("correction", "correction"), ("target", "target"))))
         keys.setObjectName("muted")
         keys.setWordWrap(True)            # two lines in a narrow dock rather than a wider dock
         keys.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        column(self, row((self.info, 1), (keys, 5)), (self.text, 1))
+        self.info.setFixedWidth(self.info.fontMetrics().horizontalAdvance("99,999 tokens") + 4)
+        keys.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        column(self, row((self.info, 0), (keys, 1)), (self.text, 1))
         self._formats = {}
         for kind, color in theme.KIND_COLOR.items():
             f = QTextCharFormat()

@@ -75,6 +75,7 @@ class RooflineView(QWidget):
             it.setZValue(10)
             self.plot.addItem(it)
         self._breakeven.hide()
+        self.plot.getViewBox().sigYRangeChanged.connect(self._place_breakeven_label)
         self._curve_items: list = []
         self._store: EventStore | None = None
         self._upto = -1
@@ -187,9 +188,24 @@ class RooflineView(QWidget):
             self._breakeven.setPos(tpp * ar * (1.0 / ar if norm else 1.0))
             self._breakeven.label.setFormat(f"break-even: {tpp:.2f} tok/pass × {ar:.2f} ms")
             self._breakeven.show()
+            self._place_breakeven_label()
         else:
             self._breakeven.hide()
         self._describe(ar, n_pts, tpp)
+
+    def _place_breakeven_label(self, *_) -> None:
+        """The break-even label above its line, or below it when the line runs in the top
+        quarter of the plot (above, it would be cut off by the plot's edge)."""
+        lo, hi = self.plot.getViewBox().viewRange()[1]
+        y = self._breakeven.value()
+        if self.plot.getViewBox().yInverted():
+            lo, hi = hi, lo
+        below = hi > lo and (y - lo) / (hi - lo) > 0.75
+        anchor = (0, 0) if below else (0, 1)
+        label = self._breakeven.label
+        if label.anchors[0] != anchor:
+            label.anchors = [anchor, anchor]
+            label.updatePosition()
 
     def _fit_rows(self, most: float) -> None:
         """The rows axis from 1 row to the most drawn (16 at least), so its ticks show and the

@@ -13,7 +13,7 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from engine.speculation.events import BONUS, CORRECTION, TARGET
 
@@ -47,6 +47,10 @@ def _shrinkable(label) -> None:
         label.setMinimumWidth(0)
     label.updateMin = update_min
     update_min()
+    # and cut at its own right edge: a clipped title keeps its first words and never runs
+    # over its neighbour's
+    label.setText(label.text, justify="left")
+    label.setFlag(QGraphicsItem.GraphicsItemFlag.ItemClipsChildrenToShape)
 
 
 class StatsView(QWidget):
