@@ -93,6 +93,17 @@ def add_window_draft_args(w) -> None:
                    help="0 = greedy")
 
 
+def window_size(text: str) -> tuple[int, int]:
+    """'1280x720' -> (1280, 720), for --size."""
+    try:
+        w, h = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT, e.g. 1280x720") from None
+    if not (320 <= w <= 10000 and 240 <= h <= 10000):
+        raise argparse.ArgumentTypeError(f"{w}x{h} is outside 320x240 .. 10000x10000")
+    return w, h
+
+
 def settings_from_args(a: argparse.Namespace) -> DecodeSettings:
     # every decode flag's dest is the name of its settings field (--top-p -> top_p, a sampler
     # field); from_dict takes the flat form and ignores the other options
@@ -183,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--screenshot", metavar="FILE", help="run offscreen, save the window as PNG")
     w.add_argument("--windows", type=int, default=20,
                    help="windows to run before --screenshot (0: the whole run)")
+    w.add_argument("--size", metavar="WxH", type=window_size,
+                   help="the window's size in pixels, e.g. 1280x720 (default 1640x1000)")
     w.add_argument("--replay", metavar="JSONL", help="open a recording instead of a model")
     w.add_argument("--prompt-file", "--gui-prompt-file", dest="gui_prompt_file",
                    help="prompt for the window: .txt raw text; .json chat messages")

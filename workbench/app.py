@@ -2,6 +2,7 @@
 
     specscope                                   open the window, start a run on the default prompt
     specscope --screenshot F.png --windows N    run N windows offscreen, save the window as PNG
+    specscope --size 1280x720                   the window at that size (with --screenshot too)
     specscope --replay session.jsonl            browse a recording (no model needed)
 
 With no display ($DISPLAY and $WAYLAND_DISPLAY unset and no QT_QPA_PLATFORM chosen) the same
@@ -32,11 +33,13 @@ def display_available(env: dict | None = None) -> bool:
 def window_settings(args: argparse.Namespace):
     """The settings the window starts with: the window's draft options (--draft, --draft-model,
     --exit-layer, --depth, --temperature), the user's defaults for the rest (adaptive windows
-    priced on the card, with the AR floor: model drafts are priced too)."""
+    priced on the card, with the AR floor: model drafts are priced too). A model drafter starts
+    as a chain (width 1), as the controls switch to one."""
     from dataclasses import replace
 
-    from engine.speculation.settings import USER_DEFAULTS as d
-    s = replace(d, draft=getattr(args, "gui_draft", d.draft),
+    from engine.speculation.settings import MODEL_DRAFTERS, USER_DEFAULTS as d
+    draft = getattr(args, "gui_draft", d.draft)
+    s = replace(d, draft=draft, width=1 if draft in MODEL_DRAFTERS else d.width,
                 draft_model=getattr(args, "gui_draft_model", None),
                 exit_layer=getattr(args, "gui_exit_layer", d.exit_layer),
                 depth=getattr(args, "gui_depth", d.depth))
@@ -73,6 +76,9 @@ def main(args: argparse.Namespace) -> int:
     theme.apply_theme(app)
     prompt = None
     try:
+        if not args.replay:     # a path that is no model: one line here, not a window that fails
+            from engine.io.load import check_model
+            check_model(args.model)
         if args.gui_prompt_file:
             prompt = engine_api.read_prompt_file(args.gui_prompt_file)
         if args.replay:         # its reason on stderr too, not only in the window's banner
@@ -83,14 +89,19 @@ def main(args: argparse.Namespace) -> int:
         return 2
     win = MainWindow(RuntimeSpec(args.model, args.device, args.dtype, args.weights), prompt,
                      settings=settings, probe=not args.no_probe)
+    if getattr(args, "size", None):
+        win.resize(*args.size)
     if shot:
         return run_offscreen(app, win, shot, windows, args.replay, print_report)
+    # what the window's banner says of a failed run, the terminal hears too
+    win.run.failed.connect(lambda message, kind: print(f"specscope: error: {message}", file=sys.stderr))
     win.show()
     if args.replay:
         win.open_recording(args.replay)
     else:
         win.start_run()
-    return app.exec()
+    code = app.exec()
+    return 2 if code == 0 and win.model_failed else code
 
 
 def run_offscreen(app, win, path: str, windows: int | None, replay: str | None = None,

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QProgressBar, QToolBar, QWidget
 
 from workbench import export, theme
-from workbench.widgets import column
+from workbench.widgets import ElidedLabel, column
 
 H, V = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
 DOCK_TITLES = {"controls": "Controls", "tree": "Token tree", "rows": "Verify rows",
@@ -44,14 +44,28 @@ class Actions:
     previous: QAction
     next: QAction
     live: QAction
+    reset_layout: QAction
 
     def run_actions(self) -> tuple[QAction, ...]:
         return (self.run, self.pause, self.step, self.stop, self.reset)
 
 
+NARROW_BELOW = 1200           # window width under which penalty and output share a place
+SHORT_BELOW = 820             # window height under which the right column's docks are tabs
+
+
 class Docks:
     """One dock per view. The central widget is empty and zero-sized, so the docks (all in one
-    nested dock area) share the whole window and any of them can be moved or floated."""
+    nested dock area) share the whole window and any of them can be moved or floated.
+
+    The arrangement follows the window's size (`arrange`):
+      wide     controls | tree over rows over (penalty | output) | roofline over stats, the
+               sweep and race docks as tabs behind the stats
+      narrow   (under NARROW_BELOW px wide) penalty and output as tabs of one place
+      short    (under SHORT_BELOW px high) roofline, stats, sweep and race as tabs of one column
+    so that every dock keeps at least its minimum size. The window re-arranges when its size
+    crosses a line, unless the user moved, floated or closed a dock since; View > Reset layout
+    arranges afresh either way."""
 
     def __init__(self, win: QMainWindow, **widgets: QWidget):
         center = QWidget()
@@ -60,6 +74,9 @@ class Docks:
         win.setDockNestingEnabled(True)
         self.win = win
         self.by_name: dict[str, QDockWidget] = {}
+        self.mode: tuple[bool, bool] | None = None   # (narrow, short) in place; None: not yet
+        self.user_arranged = False             # a dock was moved, floated or closed since
+        self._arranging = False
         for name, widget in widgets.items():
             d = QDockWidget(DOCK_TITLES[name], win)
             d.setObjectName(name)
@@ -68,29 +85,94 @@ class Docks:
                           | QDockWidget.DockWidgetFeature.DockWidgetFloatable
                           | QDockWidget.DockWidgetFeature.DockWidgetClosable)
             win.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, d)
+            d.topLevelChanged.connect(self._touched)
+            d.dockLocationChanged.connect(self._touched)
+            d.visibilityChanged.connect(lambda on, d=d: self._closed(d))
             self.by_name[name] = d
-        # controls | tree over rows over (penalty | output) | roofline over stats
-        for a, b, orientation in (("controls", "tree", H), ("tree", "roofline", H), ("tree", "rows", V),
-                                  ("rows", "penalty", V), ("penalty", "output", H), ("roofline", "stats", V)):
-            win.splitDockWidget(self.by_name[a], self.by_name[b], orientation)
-        # the tuning docks share the stats' place, as tabs behind it
-        for name in ("sweep", "race"):
-            if name in self.by_name:
-                win.tabifyDockWidget(self.by_name["stats"], self.by_name[name])
-        self.by_name["stats"].raise_()
+        self.arrange((False, False))
 
     def __getitem__(self, name: str) -> QDockWidget:
         return self.by_name[name]
 
+    def _touched(self, *_) -> None:
+        if not self._arranging:
+            self.user_arranged = True
+
+    def _closed(self, d: QDockWidget) -> None:
+        # a closed dock is hidden and not tabbed (a tab behind another is hidden too)
+        if not self._arranging and d.isHidden() and not self.win.tabifiedDockWidgets(d):
+            self.user_arranged = True
+
+    def arrange(self, mode: tuple[bool, bool], show_all: bool = True) -> None:
+        """Put every dock in its place for `mode` = (narrow, short) (show_all: closed docks come
+        back too; else a closed dock stays closed)."""
+        narrow, short = mode
+        win, by = self.win, self.by_name
+        self._arranging = True
+        try:
+            shown = {n: show_all or not d.isHidden() or bool(win.tabifiedDockWidgets(d))
+                     for n, d in by.items()}
+            for d in by.values():
+                d.setFloating(False)
+                win.removeDockWidget(d)
+            win.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, by["controls"])
+            # controls | tree over rows over (penalty | output) | roofline over stats
+            splits = [("controls", "tree", H), ("tree", "roofline", H), ("tree", "rows", V),
+                      ("rows", "penalty", V)]
+            splits += [] if narrow else [("penalty", "output", H)]
+            splits += [] if short else [("roofline", "stats", V)]
+            for a, b, orientation in splits:
+                win.splitDockWidget(by[a], by[b], orientation)
+            tabs = ([("penalty", "output")] if narrow else []) + ([("roofline", "stats")] if short else [])
+            for a, b in tabs:
+                win.tabifyDockWidget(by[a], by[b])
+            # the tuning docks are tabs behind the stats
+            for name in ("sweep", "race"):
+                if name in by:
+                    win.tabifyDockWidget(by["stats"], by[name])
+            for n, d in by.items():
+                d.setVisible(shown[n])
+        finally:
+            self._arranging = False
+        self.mode = mode
+        self.user_arranged = False
+        self._raise_front()
+        QTimer.singleShot(0, self._raise_front)       # tab bars are made at the next layout
+
+    def _raise_front(self) -> None:
+        """The tab shown in front of each group: the stats, and the output."""
+        for name in ("stats", "output"):
+            d = self.by_name[name]
+            if not d.isHidden() or self.win.tabifiedDockWidgets(d):
+                d.raise_()
+
     def default_sizes(self) -> None:
         """Size the docks to the window (only takes once the window has its geometry)."""
         w, h = self.win.width(), self.win.height()
-        for names, sizes, orientation in (
-                (("controls", "tree", "roofline"), (250, int(w * 0.50), int(w * 0.33)), H),
-                (("tree", "rows", "penalty"), (int(h * 0.27), int(h * 0.31), int(h * 0.32)), V),
-                (("penalty", "output"), (int(w * 0.25), int(w * 0.25)), H),
-                (("roofline", "stats"), (int(h * 0.36), int(h * 0.54)), V)):
-            self.win.resizeDocks([self.by_name[n] for n in names], list(sizes), orientation)
+        narrow, short = self.mode
+        controls = self.by_name["controls"].widget()
+        left = (controls.minimumSizeHint() if narrow else controls.sizeHint()).width()
+        rest = max(0, w - left - 16)
+        middle = int(rest * (0.58 if narrow else 0.60))
+        sizes = [(("controls", "tree", "roofline"), (left, middle, rest - middle), H),
+                 (("tree", "rows", "penalty"), (int(h * 0.27), int(h * 0.31), int(h * 0.32)), V)]
+        if not narrow:
+            sizes.append((("penalty", "output"), (int(middle * 0.45), int(middle * 0.55)), H))
+        if not short:
+            sizes.append((("roofline", "stats"), (int(h * 0.36), int(h * 0.54)), V))
+        for names, size, orientation in sizes:
+            self.win.resizeDocks([self.by_name[n] for n in names], list(size), orientation)
+
+    def fit_window(self, reset: bool = False) -> bool:
+        """Arrange for the window's size: at once with `reset` (Reset layout; closed docks come
+        back), else only when the size crossed NARROW_BELOW or SHORT_BELOW and the user has
+        not moved a dock since. True when the docks were arranged."""
+        mode = (self.win.width() < NARROW_BELOW, self.win.height() < SHORT_BELOW)
+        if not reset and (mode == self.mode or self.user_arranged):
+            return False
+        self.arrange(mode, show_all=reset)
+        self.default_sizes()
+        return True
 
 
 def _action(win: QMainWindow, text: str, icon, keys: list[str], slot, tip: str = "") -> QAction:
@@ -125,6 +207,8 @@ def build_actions(win) -> Actions:
         previous=_action(win, "Previous window", None, ["Left", ","], lambda: win.scrub(-1)),
         next=_action(win, "Next window / step", None, ["Right", "."], win.next_or_step),
         live=_action(win, "Follow live", None, ["End"], lambda: win.timeline.live.setChecked(True)),
+        reset_layout=_action(win, "Reset layout", None, [], win.reset_layout,
+                             "every dock back in its place for this window size"),
     )
 
 
@@ -136,6 +220,17 @@ def build_toolbars(win: QMainWindow, acts: Actions, timeline: QWidget, banner: Q
     tb.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
     for a in acts.run_actions():
         tb.addAction(a)
+    # a button whose text changes (Pause / Resume) is as wide as its widest text, so the
+    # buttons after it never shift
+    texts = {acts.pause: ("Pause", "Resume")}
+    for a, names in texts.items():
+        button = tb.widgetForAction(a)
+        widths = []
+        for name in names:
+            a.setText(name)
+            widths.append(button.sizeHint().width())
+        a.setText(names[0])
+        button.setMinimumWidth(max(widths))
     tb.addSeparator()
     tb.addAction(acts.open_recording)
     tb.addAction(acts.save_recording)
@@ -168,18 +263,23 @@ def build_menus(win: QMainWindow, acts: Actions, docks: Docks) -> None:
     v = m.addMenu("&View")
     for name in VIEW_MENU:
         v.addAction(docks[name].toggleViewAction())
+    v.addSeparator()
+    v.addAction(acts.reset_layout)
 
 
-def update_actions(acts: Actions, state: str, paused: bool, live: bool) -> None:
-    """Enable and name the run actions for the run's `state` (see workbench.run_control)."""
+def update_actions(acts: Actions, state: str, paused: bool, live: bool, blocked: str = "") -> None:
+    """Enable and name the run actions for the run's `state` (see workbench.run_control).
+    `blocked`: why no run can start (the model did not load): Run and Step off, saying so."""
     busy = state != "idle"
     resume = paused and busy
-    acts.run.setEnabled(not busy or state == "paused")
-    acts.run.setText("Resume" if state == "paused" else "Run")
+    acts.run.setEnabled(not busy and not blocked)     # one Resume: the Pause button's (Space)
+    for a, tip in ((acts.run, "start a run with the prompt and settings shown (F5, Ctrl+Return)"),
+                   (acts.step, "run one window (N)")):
+        a.setToolTip(f"the model did not load: {blocked}" if blocked else tip)
     acts.pause.setEnabled(state in ("running", "paused"))
     acts.pause.setText("Resume" if resume else "Pause")
     acts.pause.setIcon(theme.icon_run() if resume else theme.icon_pause())
-    acts.step.setEnabled(live or not busy)
+    acts.step.setEnabled((live or not busy) and not blocked)
     acts.stop.setEnabled(busy)
 
 
@@ -189,17 +289,19 @@ class StatusLine:
 
     def __init__(self, win: QMainWindow):
         sb = win.statusBar()
-        self.text = QLabel("")
+        self.text = ElidedLabel("")         # cut with "…" (whole in the tooltip), never widening the window
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
+        self.progress.setMinimumWidth(160)
         self.progress.hide()
         self.chip = QLabel("idle")
         self.chip.setObjectName("chip")
-        self.source = QLabel("")
+        self.source = ElidedLabel("")
         self.source.setObjectName("muted")
-        sb.addWidget(self.text, 1)
+        self.source.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        sb.addWidget(self.text, 3)
         sb.addPermanentWidget(self.progress)
-        sb.addPermanentWidget(self.source)
+        sb.addPermanentWidget(self.source, 2)
         sb.addPermanentWidget(self.chip)
 
     def say(self, text: str) -> None:

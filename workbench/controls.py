@@ -7,13 +7,15 @@ window boundary); if it does not, the ParameterError's message shows inline and 
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QGroupBox, QHBoxLayout,
                                QLabel, QLineEdit, QRadioButton, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from engine.errors import ParameterError
 from engine.speculation.sampling import SamplingConfig
-from engine.speculation.settings import DRAFTERS, MATCH_RULES, NGRAM_DRAFTERS, DecodeSettings
+from engine.speculation.settings import DRAFTERS, MATCH_RULES, MODEL_DRAFTERS, NGRAM_DRAFTERS, DecodeSettings
+
+from workbench.widgets import pass_window_keys
 
 
 def _fit(w: QWidget) -> QWidget:
@@ -174,8 +176,8 @@ class ControlsPanel(QScrollArea):
 
         self._loading = False
         self.set_settings(DecodeSettings())
-        for w in (self.draft, self.match):
-            w.currentTextChanged.connect(self._changed)
+        self.draft.currentTextChanged.connect(self._drafter_changed)
+        self.match.currentTextChanged.connect(self._changed)
         for w in (self.adaptive, self.ar_floor, self.takeover, self.greedy):
             w.toggled.connect(self._changed)
         self.draft_model.editingFinished.connect(self._changed)
@@ -184,6 +186,17 @@ class ControlsPanel(QScrollArea):
                   self.repeat_penalty, self.presence_penalty, self.frequency_penalty):
             w.valueChanged.connect(self._changed)
         self._last_valid = self.settings()
+        pass_window_keys(self)            # Space pauses and N steps with a number field focused
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        """As wide as the inputs need (the horizontal scroll bar is off: narrower would clip
+        them), as short as a few lines (the vertical one scrolls)."""
+        body = self.widget().minimumSizeHint()
+        return QSize(body.width() + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth(),
+                     120)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(self.minimumSizeHint().width() + 16, self.widget().sizeHint().height())
 
     # ---- settings in and out ----------------------------------------------------------------
     def set_settings(self, s: DecodeSettings) -> None:
@@ -260,6 +273,19 @@ class ControlsPanel(QScrollArea):
         if s != self._last_valid:
             self._last_valid = s
             self.settings_changed.emit(s)
+
+    def _drafter_changed(self, kind: str) -> None:
+        """A model drafter starts as a chain (width 1, as the README describes it; wider makes a
+        tree); back to the n-gram tree, the tree's own width."""
+        if not self._loading:
+            was = self._last_valid.draft
+            width = (1 if kind in MODEL_DRAFTERS and was not in MODEL_DRAFTERS else
+                     DecodeSettings().width if kind == "tree" and was in MODEL_DRAFTERS else None)
+            if width is not None:
+                self.width.blockSignals(True)
+                self.width.setValue(width)
+                self.width.blockSignals(False)
+        self._changed()
 
     def _enable(self) -> None:
         kind = self.draft.currentText()

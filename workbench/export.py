@@ -1,15 +1,17 @@
 """Export: any plot as PNG (pyqtgraph's ImageExporter), the token tree and the whole window as
-PNG (rendered / grabbed), the verify rows as CSV."""
+PNG (rendered / grabbed), the verify rows of the whole run as CSV."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
-from PySide6.QtWidgets import QFileDialog, QMenu, QToolButton
+from PySide6.QtWidgets import QMenu, QToolButton
 
-from workbench import theme
+from workbench import dialogs, theme
+from workbench.store import EventStore
 
 # name -> label; the order of the export menu
 VIEWS = {"window": "Whole window", "tree": "Token tree", "roofline": "Roofline", "stats": "Stats",
@@ -43,22 +45,47 @@ def export_png(win, name: str, path: str | Path, scale: float = 2.0) -> Path:
     return path
 
 
+CSV_COLUMNS = ["window", "row", "node", "depth", "draft_token", "draft_text", "target_token",
+               "target_text", "p", "q", "accept_prob", "outcome", "near_tie", "penalty_flipped", "top5"]
+
+
+def rows_csv(store: EventStore, path: str | Path) -> Path:
+    """Every verify row of every window of the run, one line each, raw token text (not the
+    view's ␣/⏎ display form)."""
+    path = Path(path)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for ev in store.events:
+            for r in ev.rows:
+                w.writerow([ev.index, r.row, r.node, r.depth,
+                            "" if r.draft_token is None else r.draft_token, r.draft_text,
+                            r.target_token, r.target_text,
+                            "" if r.p is None else r.p, "" if r.q is None else r.q,
+                            "" if r.accept_prob is None else r.accept_prob, r.outcome, r.near_tie,
+                            bool(r.penalty and r.penalty.flipped),
+                            " | ".join(f"{t[0]}:{t[1]!r}:{t[2]:.6f}" for t in r.top)])
+    return path
+
+
 def export_csv(win, path: str | Path) -> Path:
-    return win.rows.export_csv(path)
+    """The run's verify rows (every window, not only the one shown) as CSV."""
+    return rows_csv(win.store, path)
 
 
 def _ask_png(win, name: str) -> None:
-    path, _ = QFileDialog.getSaveFileName(win, f"Export {VIEWS[name]}", f"specscope-{name}.png", "PNG (*.png)")
+    path = dialogs.save_file(win, f"Export {VIEWS[name]}", f"specscope-{name}.png", "PNG (*.png)")
     if path:
         export_png(win, name, path)
         win.status.say(f"exported {VIEWS[name].lower()} to {path}")
 
 
 def _ask_csv(win) -> None:
-    path, _ = QFileDialog.getSaveFileName(win, "Export verify rows", "specscope-rows.csv", "CSV (*.csv)")
+    path = dialogs.save_file(win, "Export the run's verify rows", "specscope-rows.csv", "CSV (*.csv)")
     if path:
         export_csv(win, path)
-        win.status.say(f"exported the verify rows to {path}")
+        rows = sum(len(ev.rows) for ev in win.store.events)
+        win.status.say(f"exported {rows} verify rows of {len(win.store)} windows to {path}")
 
 
 def export_menu(win, parent=None) -> QMenu:
@@ -66,7 +93,7 @@ def export_menu(win, parent=None) -> QMenu:
     for name, label in VIEWS.items():
         m.addAction(f"{label} as PNG…", lambda n=name: _ask_png(win, n))
     m.addSeparator()
-    m.addAction("Verify rows as CSV…", lambda: _ask_csv(win))
+    m.addAction("Verify rows of the run as CSV…", lambda: _ask_csv(win))
     return m
 
 

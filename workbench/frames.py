@@ -7,9 +7,10 @@ While a run streams:
 - frames are spaced by their own cost: a frame that took c seconds of the main thread's CPU
   (its redraw plus the repaint Qt does right after) is followed by at least c / cpu_budget
   seconds without one, never less than min_gap_s (~30 Hz) nor more than max_gap_s;
-- one view is drawn per frame, round robin over the window views and one slot the plots share,
-  so no single frame stalls the event loop for long and a stream of windows never starves the
-  plots;
+- one slot is drawn per frame, round robin over two: the window views (tree, verify rows,
+  penalty history, output) all together, so they always agree on the window they show, and one
+  plot, the plots taking turns; so no single frame stalls the event loop for long and a stream
+  of windows never starves the plots;
 - the plots are redrawn at most plots_hz (they change slowly).
 
 When nothing streams (paused, finished, scrubbing the timeline, replaying) every pending view is
@@ -29,8 +30,9 @@ class FramePacer:
         self.views = tuple(views)
         self.cpu_budget, self.min_gap_s, self.max_gap_s, self.plots_hz = cpu_budget, min_gap_s, max_gap_s, plots_hz
         self._plots = [k for k, v in enumerate(self.views) if v.is_plot]
-        # the round robin of a streaming frame: each window view, then one slot for the plots
-        self._slots: list[int | None] = [k for k, v in enumerate(self.views) if not v.is_plot] + [None]
+        self._window_views = [k for k, v in enumerate(self.views) if not v.is_plot]
+        # the round robin of a streaming frame: the window views together, then one plot
+        self._slots: list[str] = ["window", "plot"]
         self.pending: set[int] = set()          # positions in `views`
         self.costs_ms: list[float] = []         # main-thread CPU of every frame drawn
         self._next_at = 0.0
@@ -66,24 +68,28 @@ class FramePacer:
         if streaming and now - self._plots_at < 1.0 / (2 * self.plots_hz):
             picked = [k for k in picked if k not in self._plots]
         if split and picked:
-            picked = [self._next_turn(picked)]
+            picked = self._next_turn(picked)
         if any(k in self._plots for k in picked):
             self._plots_at = now
         self.pending -= set(picked)
         return [self.views[k] for k in picked]
 
-    def _next_turn(self, candidates: list[int]) -> int:
-        """The first slot from this turn on that has a candidate; the plots' slot takes its
-        plots in turn too."""
+    def _next_turn(self, candidates: list[int]) -> list[int]:
+        """The first slot from this turn on that has a candidate: every pending window view, or
+        one plot (the plots take their turns too)."""
         n = len(self._plots)
         plot = next((self._plots[(self._plot_turn + j) % n] for j in range(n)
                      if self._plots[(self._plot_turn + j) % n] in candidates), None)
+        windows = [k for k in candidates if k in self._window_views]
         for j in range(len(self._slots)):
             slot = self._slots[(self._turn + j) % len(self._slots)]
-            pick = plot if slot is None else (slot if slot in candidates else None)
-            if pick is not None:
+            pick = windows if slot == "window" else ([plot] if plot is not None else [])
+            if pick:
                 self._turn = (self._turn + j + 1) % len(self._slots)
-                if slot is None:
-                    self._plot_turn = (self._plots.index(pick) + 1) % n
+                if slot == "plot":
+                    self._plot_turn = (self._plots.index(plot) + 1) % n
                 return pick
         raise AssertionError("a candidate is always a window view or a plot")
+
+    def window_views_pending(self) -> bool:
+        return any(k in self.pending for k in self._window_views)

@@ -17,7 +17,7 @@ from engine.errors import SpecscopeError
 
 from workbench import theme
 from workbench.jobs import JobWorker
-from workbench.widgets import column, row
+from workbench.widgets import ElidedLabel, column, row
 
 SHARING = ("The two take turns on the one device, window by window: whichever has used less "
            "device time runs next, so both get an equal share. tok/s counts each side's own time.")
@@ -47,6 +47,7 @@ class _Lane(QWidget):
         self.stats.setWordWrap(True)
         self.line = QProgressBar()
         self.line.setFormat("%v / %m tokens")
+        self.line.setMinimumWidth(80)
         column(self, row(QLabel(name), (self.spec, 1)), (self.output, 1), self.line, self.stats,
                margins=(0, 0, 0, 0))
 
@@ -85,7 +86,7 @@ class RaceDock(QWidget):
         self.start_button.clicked.connect(self.start)
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
-        self.result = QLabel("")
+        self.result = ElidedLabel("")      # a long verdict is cut (whole in its tooltip), never widens the dock
         note = QLabel(SHARING)
         note.setObjectName("muted")
         note.setWordWrap(True)

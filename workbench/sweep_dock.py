@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QProgressBar,
+from PySide6.QtWidgets import (QFormLayout, QLabel, QLineEdit, QProgressBar,
                                QPushButton, QSpinBox, QWidget, QComboBox)
 
 from engine.errors import SpecscopeError
 
+from workbench import dialogs
 from workbench.jobs import JobWorker
 from workbench.views.heatmap import HeatmapView
 from workbench.widgets import column, row
@@ -81,6 +82,8 @@ class SweepDock(QWidget):
 
         self.workload = QComboBox()
         self.workload.setEditable(True)
+        self.workload.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.workload.setMinimumContentsLength(10)
         self.workload.addItems(list(WORKLOADS))
         self.workload.setToolTip("code-edit, specbench[:CATEGORY,...] or a .jsonl prompt file")
         pick = QPushButton("File…")
@@ -114,16 +117,23 @@ class SweepDock(QWidget):
         self.apply_button.clicked.connect(self._apply_best)
         self.race_button = QPushButton("Race best two")
         self.race_button.clicked.connect(self._race_best)
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("a cell (the one clicked last, else the best) as our command "
+                                      "line, llama.cpp server flags or vLLM's speculative_config")
+        self.export_button.clicked.connect(self.export_dialog)
+        self.chosen: str | None = None       # the cell clicked last (what Export offers first)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setFormat("idle")
+        self.bar.setMinimumWidth(80)
         self.status = QLabel("")
         self.status.setObjectName("muted")
         self.status.setWordWrap(True)
         self.heatmap = HeatmapView()
-        self.heatmap.cell_clicked.connect(self.apply_cell.emit)
-        column(self, form, row(self.run_button, self.cancel_button, self.load_button, 1,
-                               self.apply_button, self.race_button),
+        self.heatmap.cell_clicked.connect(self._clicked)
+        # two lines of buttons: one would set the dock's (and the window's) least width
+        column(self, form, row(self.run_button, self.cancel_button, self.load_button, 1),
+               row(self.apply_button, self.race_button, self.export_button, 1),
                self.bar, self.status, (self.heatmap, 1))
         self.worker.item.connect(self._on_tick)
         self.worker.done.connect(self._on_done)
@@ -148,7 +158,7 @@ class SweepDock(QWidget):
         self.folder.setText(str(cache_dir() / "sweeps" / (slug or "sweep")))
 
     def _pick_workload(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Prompt file", "", "Prompts (*.jsonl);;All files (*)")
+        path = dialogs.open_file(self, "Prompt file", "Prompts (*.jsonl);;All files (*)")
         if path:
             self.workload.setCurrentText(path)
 
@@ -208,7 +218,7 @@ class SweepDock(QWidget):
         return True
 
     def _load_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open sweep", self.folder.text(), "Sweeps (sweep.json *.json)")
+        path = dialogs.open_file(self, "Open sweep", "Sweeps (sweep.json *.json)", self.folder.text())
         if path:
             self.load(path)
 
@@ -269,6 +279,20 @@ class SweepDock(QWidget):
         if c is not None:
             self.apply_cell.emit(c)
 
+    def _clicked(self, cell: dict) -> None:
+        self.chosen = cell["id"]
+        self.apply_cell.emit(cell)
+
+    def export_dialog(self, show: bool = True):
+        """The export dialog for the cell clicked last (else the best); shown unless `show` is
+        off (tests)."""
+        from workbench.cell_export import CellExportDialog
+        best = self.best_two()
+        dialog = CellExportDialog(self.result or {}, self.chosen or (best[0]["id"] if best else None), self)
+        if show:
+            dialog.open()
+        return dialog
+
     def _race_best(self) -> None:
         two = self.best_two()
         if len(two) == 2:
@@ -281,6 +305,7 @@ class SweepDock(QWidget):
         has = bool(self.result and self.result.get("best"))
         self.apply_button.setEnabled(has)
         self.race_button.setEnabled(len(self.best_two()) == 2)
+        self.export_button.setEnabled(bool(self.best_two()))
 
     def shutdown(self, timeout_ms: int = 3000) -> None:
         self.worker.cancel()

@@ -120,7 +120,7 @@ QPushButton {{ background: {PANEL_ALT}; border: 1px solid {BORDER}; border-radiu
 QPushButton:hover {{ border-color: {ACCENT}; }}
 QPushButton:checked {{ border-color: {ACCENT}; color: {ACCENT}; }}
 QProgressBar {{ background: {PANEL_ALT}; border: 1px solid {BORDER}; border-radius: 3px;
-    text-align: center; color: {TEXT}; max-height: 14px; min-width: 160px; }}
+    text-align: center; color: {TEXT}; max-height: 14px; }}
 QProgressBar::chunk {{ background: {ACCENT}; border-radius: 2px; }}
 QSlider::groove:horizontal {{ height: 4px; background: {BORDER}; border-radius: 2px; }}
 QSlider::sub-page:horizontal {{ background: {ACCENT}; border-radius: 2px; }}
@@ -177,6 +177,7 @@ def style_plot(plot, title: str = "", left: str = "", bottom: str = "") -> None:
         ax.setPen(qcolor(BORDER))
         ax.setTextPen(qcolor(MUTED))
         ax.setTickFont(ui_font(8.5))
+        ax.enableAutoSIPrefix(False)       # no "(x0.001)" after a label: the units are the label's
         if label:
             plot.setLabel(side, f"<span style='color:{MUTED}'>{label}</span>")
     # no grid: a grid makes each axis span the whole plot, so every data change repaints the axes

@@ -1,9 +1,11 @@
-"""Small shared widgets: the timeline scrubber, the error banner, and the views' box layouts."""
+"""Small shared widgets: the timeline scrubber, the error banner, a label that elides, and the
+views' box layouts."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QBoxLayout, QFrame, QHBoxLayout, QLabel, QLayout, QPushButton, QSlider,
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtWidgets import (QAbstractSpinBox, QBoxLayout, QFrame, QHBoxLayout, QLabel, QLayout,
+                               QPushButton, QSizePolicy, QSlider, QStyle, QStyleOptionSlider,
                                QVBoxLayout, QWidget)
 
 # a part of a box: a widget, a layout, an int (a stretch), or (widget or layout, its stretch)
@@ -36,15 +38,115 @@ def row(*parts: BoxItem) -> QHBoxLayout:
     return _fill(QHBoxLayout(), parts)
 
 
+class ElidedLabel(QLabel):
+    """One line of plain text that never widens its dock: cut with "…" where it does not fit,
+    the whole text then in the tooltip."""
+
+    def __init__(self, text: str = "", parent=None):
+        super().__init__(parent)
+        self._full = ""
+        self._tip = ""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        self._full = text
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def setToolTip(self, tip: str) -> None:  # noqa: N802 - Qt's name
+        self._tip = tip
+        self._elide()
+
+    def is_elided(self) -> bool:
+        return super().text() != self._full
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(24, super().minimumSizeHint().height())
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        m = self.contentsMargins()
+        return QSize(self.fontMetrics().horizontalAdvance(self._full) + m.left() + m.right() + 4,
+                     super().sizeHint().height())
+
+    def resizeEvent(self, e) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(e)
+        self._elide()
+
+    def _elide(self) -> None:
+        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight,
+                                             max(0, self.contentsRect().width()))
+        QLabel.setText(self, shown)
+        tip = self._tip
+        if shown != self._full:
+            tip = f"{self._full}\n\n{tip}" if tip else self._full
+        QLabel.setToolTip(self, tip)
+
+
+class _WindowKeys(QObject):
+    """Lets the window's one-key shortcuts (Space, N) through a focused spin box, which would
+    otherwise take them as typing: a number field has no use for them."""
+
+    KEYS = (Qt.Key.Key_Space, Qt.Key.Key_N)
+
+    def eventFilter(self, obj, e) -> bool:  # noqa: N802 - Qt's name
+        if (e.type() == QEvent.Type.ShortcutOverride and e.key() in self.KEYS
+                and not e.modifiers() & ~Qt.KeyboardModifier.KeypadModifier):
+            e.ignore()
+            return True              # not offered to the spin box: the shortcut fires
+        return False
+
+
+def pass_window_keys(root: QWidget) -> None:
+    """Space and N reach the window's shortcuts while a spin box under `root` has focus."""
+    keys = _WindowKeys(root)
+    for box in root.findChildren(QAbstractSpinBox):
+        for target in (box, *box.findChildren(QWidget)):     # the spin box and its line edit
+            target.installEventFilter(keys)
+
+
+class _Slider(QSlider):
+    """A slider that jumps to the clicked position (a stock slider moves one page toward it)."""
+
+    def mousePressEvent(self, e) -> None:  # noqa: N802 - Qt's name
+        if e.button() == Qt.MouseButton.LeftButton and self.maximum() > self.minimum():
+            opt = QStyleOptionSlider()
+            self.initStyleOption(opt)
+            handle = self.style().subControlRect(QStyle.ComplexControl.CC_Slider, opt,
+                                                 QStyle.SubControl.SC_SliderHandle, self)
+            if not handle.contains(e.position().toPoint()):
+                self.setValue(self.value_at(int(e.position().x())))
+                e.accept()
+                return
+        super().mousePressEvent(e)
+
+    def value_at(self, x: int) -> int:
+        """The value under x (widget coordinates), as the style draws the groove."""
+        opt = QStyleOptionSlider()
+        self.initStyleOption(opt)
+        style = self.style()
+        groove = style.subControlRect(QStyle.ComplexControl.CC_Slider, opt,
+                                      QStyle.SubControl.SC_SliderGroove, self)
+        handle = style.subControlRect(QStyle.ComplexControl.CC_Slider, opt,
+                                      QStyle.SubControl.SC_SliderHandle, self)
+        span = groove.width() - handle.width()
+        pos = x - groove.x() - handle.width() // 2
+        return QStyle.sliderValueFromPosition(self.minimum(), self.maximum(), pos, max(1, span))
+
+
 class Timeline(QWidget):
     """A slider over the window index. While `live` is on it follows the newest window; moving
-    the slider back turns live off, pressing Live (or moving to the end) turns it on again."""
+    the slider back turns live off, pressing Live (or moving to the end) turns it on again. A
+    click on the groove jumps to the window under the pointer."""
 
     index_changed = Signal(int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider = _Slider(Qt.Orientation.Horizontal)
         self.slider.setRange(0, 0)
         self.slider.setEnabled(False)
         self.slider.setFocusPolicy(Qt.FocusPolicy.NoFocus)   # arrows belong to the window shortcuts

@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow
+from PySide6.QtWidgets import QApplication, QMainWindow
 
 from engine.errors import ParameterError, SpecscopeError
 from engine.speculation.events import WindowEvent
 from engine.speculation.settings import USER_DEFAULTS, DecodeSettings
 
-from workbench import chrome, engine_api
+from workbench import chrome, dialogs, engine_api
 from workbench.controls import ControlsPanel
 from workbench.frames import FramePacer
 from workbench.pyside_fix import guard_singletons
@@ -62,6 +62,7 @@ class MainWindow(QMainWindow):
         self.runtime_info: dict | None = None
         self.last_report: dict | None = None
         self.last_error: tuple[str, str] | None = None
+        self.model_failed = False          # the model could not be loaded (Run and Step wait for another)
         self._selected_row = 0
         self._row_window = -1              # window the selected row belongs to
         self.render_times_ms: list[float] = []
@@ -118,7 +119,16 @@ class MainWindow(QMainWindow):
         super().showEvent(e)
         if not self._sized:          # dock sizes only take once the window has its geometry
             self._sized = True
-            self.docks.default_sizes()
+            self.docks.fit_window(reset=True)
+
+    def resizeEvent(self, e) -> None:
+        super().resizeEvent(e)
+        if self._sized:              # a size across a line of workbench.chrome.Docks: another arrangement
+            QTimer.singleShot(0, self.docks.fit_window)
+
+    def reset_layout(self) -> None:
+        """View > Reset layout: every dock back (closed ones too), arranged for this size."""
+        self.docks.fit_window(reset=True)
 
     def _connect(self) -> None:
         w = self.worker                    # what concerns the session, not one run
@@ -152,6 +162,8 @@ class MainWindow(QMainWindow):
             return False
         self.banner.hide()
         self.last_error = None
+        if self.mode == "replay":          # said at once: the model may take seconds to load
+            self.status.say("replay closed: a live run with the prompt and settings shown starts")
         self.mode = "live"
         self.store.clear()
         self.last_report = None
@@ -181,8 +193,10 @@ class MainWindow(QMainWindow):
     def next_or_step(self) -> None:
         if self.timeline.count and self.timeline.value() < self.timeline.count - 1:
             self.scrub(+1)
-        elif self.mode == "live":
+        elif self.mode == "live" and not self.model_failed:
             self.step()
+        elif self.mode == "replay":
+            self.status.say("the recording ends here: Run (F5) starts a live run with its settings")
 
     def scrub(self, delta: int) -> None:
         self.show_window(self.timeline.value() + delta)
@@ -230,6 +244,7 @@ class MainWindow(QMainWindow):
     # ---- what the worker reports --------------------------------------------------------------
     def _on_runtime(self, info: dict) -> None:
         self.runtime_info = info
+        self.model_failed = False
         self.status.say(f"loaded {info['model']} on {info['device']} ({info['dtype']}; "
                         f"{info['weights']}) in {info['load_s']:.1f} s")
         self.roofline.set_weights(info["weights"])
@@ -261,6 +276,9 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, message: str, kind: str) -> None:
         self.last_error = (message, kind)
+        if kind == "model":
+            self.model_failed = True
+            self._update_actions()
         title = {"model": "Cannot load the model", "parameter": "Bad setting",
                  "memory": "Out of memory"}.get(kind, "Engine error")
         self.show_error(message, title)
@@ -273,7 +291,8 @@ class MainWindow(QMainWindow):
 
     def _update_actions(self, *_) -> None:
         live = self.mode == "live"
-        chrome.update_actions(self.acts, self.run.state, self.run.paused, live)
+        chrome.update_actions(self.acts, self.run.state, self.run.paused, live,
+                              blocked=self.last_error[0] if self.model_failed and self.last_error else "")
         self.status.set_state(self.run.state if live else "replay")
         if not self.run.busy and live and self.last_error is None and self.last_report is not None:
             self.status.progress.hide()
@@ -322,13 +341,17 @@ class MainWindow(QMainWindow):
 
     def render_now(self, split: bool = False, force: bool = False) -> bool:
         """Redraw the pending views for the timeline's window; True if anything was drawn.
-        With `split` (a run streams) one view is drawn per call (see workbench.frames); with
-        `force` the plots are drawn even if a run streams and they were drawn a moment ago."""
+        With `split` (a run streams) one slot is drawn per call, the window views together or
+        one plot (see workbench.frames); with `force` the plots are drawn even if a run streams
+        and they were drawn a moment ago. The timeline moves to a new window only in a frame
+        that draws the window views too, so they and the timeline always show the same window
+        (a plot drawn alone draws the run up to the window they show)."""
         now = time.perf_counter()
-        self._sync_timeline()
         views = self.pacer.take(now, self._streaming() and not force, split)
         if not views:
             return False
+        if not split or any(not v.is_plot for v in views):
+            self._sync_timeline()
         shown = self._shown()
         for v in views:
             v.update_from(shown)
@@ -397,13 +420,12 @@ class MainWindow(QMainWindow):
         return True
 
     def open_recording_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open recording", "", "Recordings (*.jsonl);;All files (*)")
+        path = dialogs.open_file(self, "Open recording", "Recordings (*.jsonl);;All files (*)")
         if path:
             self.open_recording(path)
 
     def save_recording_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save recording", "specscope-session.jsonl",
-                                              "Recordings (*.jsonl)")
+        path = dialogs.save_file(self, "Save recording", "specscope-session.jsonl", "Recordings (*.jsonl)")
         if path:
             self.save_recording(path)
             self.status.say(f"saved {len(self.store)} windows to {path}")

@@ -175,6 +175,25 @@ def describe_error(e: BaseException) -> tuple[str, str]:
     return f"internal error: {name}: {e} (the traceback is on stderr)", "internal"
 
 
+def unpaused_event(ev, paused_s: float):
+    """`ev` with the time the run was held paused taken out of its clock (the decoder's clock
+    runs on while the worker holds it between windows): tok/s is decoding speed, pauses aside."""
+    if paused_s <= 0:
+        return ev
+    st = ev.stats
+    elapsed = max(1e-9, st.elapsed_s - paused_s)
+    return replace(ev, stats=replace(st, elapsed_s=elapsed, tok_s=st.new_tokens / elapsed))
+
+
+def unpaused_report(report: dict, paused_s: float) -> dict:
+    """The report's wall_s and tok_s without the paused time (as unpaused_event)."""
+    if paused_s > 0 and report.get("wall_s"):
+        wall = max(1e-9, report["wall_s"] - paused_s)
+        report = {**report, "wall_s": round(wall, 4), "paused_s": round(paused_s, 4),
+                  "tok_s": round(report["new_tokens"] / wall, 3)}
+    return report
+
+
 class SessionWorker(QThread):
     progress = Signal(str, float)        # stage, fraction in [0, 1]
     runtime_ready = Signal(object)       # dict: model, device, dtype, weights, load_s
@@ -196,6 +215,7 @@ class SessionWorker(QThread):
         self._profiles: dict[RuntimeSpec, Any] = {}
         self._state = "idle"             # this thread's; the main thread is told by state_changed
         self._run_id = 0
+        self._waited_s = 0.0             # how long the last _gate held the run paused
 
     # ---- called from the main thread ------------------------------------------------------
     def submit(self, req: RunRequest) -> None:
@@ -321,24 +341,28 @@ class SessionWorker(QThread):
         gen = dec.windows()
         n = 0
         cut = ""
+        paused_s = 0.0          # time held paused since the decoder's clock started
         try:
             while True:
+                self._waited_s = 0.0
                 if not self._gate():
                     cut = "stopped"
                     break
+                if n:           # before the first window the clock has not started
+                    paused_s += self._waited_s
                 self._set_state("running")
                 try:
                     ev = next(gen)
                 except StopIteration:
                     break
                 n += 1
-                self.window.emit(req.run_id, ev)
+                self.window.emit(req.run_id, unpaused_event(ev, paused_s))
                 if req.max_windows is not None and n >= req.max_windows:
                     cut = "windows"
                     break
         finally:
             gen.close()
-        report = dec.report()
+        report = unpaused_report(dec.report(), paused_s)
         if cut and not report.get("finish_reason"):
             report["finish_reason"] = cut        # the worker, not the decoder, ended the run
         self.run_finished.emit(req.run_id, report)
@@ -346,9 +370,11 @@ class SessionWorker(QThread):
     def _gate(self) -> bool:
         """Block while paused (unless a step is owed); False when stop was requested."""
         with self._cond:
+            t0 = time.perf_counter()
             while self._paused and self._steps == 0 and not self._stop.is_set():
                 self._set_state("paused")
                 self._cond.wait(0.25)
+            self._waited_s = time.perf_counter() - t0
             if self._stop.is_set():
                 return False
             if self._paused:

@@ -75,17 +75,34 @@ def read_gguf(path: Path) -> GGUFFile:
         raise ModelLoadError(f"cannot read {path}: {e.strerror or e}. Check the path and its permissions.") from e
     if buf[:4] != b"GGUF":
         raise ModelLoadError(
-            f"{path} is not a GGUF file (it starts with {bytes(buf[:4])!r}, not b'GGUF'). "
+            f"{path} is not a GGUF file ({_describe_start(bytes(buf[:64]))}, not with GGUF). "
             "Pass a .gguf model file or an HF model folder with --model."
         )
     try:
         metadata, tensors = _parse_header(buf, size)
     except (_Corrupt, struct.error, UnicodeDecodeError, ValueError, OverflowError, MemoryError) as e:
+        # in words: never a Python message ("unpack_from requires a buffer of ...")
+        why = str(e) if isinstance(e, _Corrupt) else (
+            f"its header runs past the end of the file at {size:,} bytes" if isinstance(e, struct.error)
+            else "its header holds values no GGUF writer produces")
         raise ModelLoadError(
-            f"{path} is a corrupt or truncated GGUF file ({e or type(e).__name__}). "
+            f"{path} is a corrupt or truncated GGUF file ({why}). "
             "Download it again or re-convert it with llama.cpp's convert_hf_to_gguf.py."
         ) from e
     return GGUFFile(path, metadata, tensors, np.frombuffer(buf, dtype=np.uint8))
+
+
+def _describe_start(head: bytes) -> str:
+    """How a file that is not GGUF begins, in words: 'it begins with the text "hello, wor"'
+    or 'it begins with the bytes 89 50 4e 47'."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    if text and all(c.isprintable() or c in "\t\r\n" for c in text):
+        first = " ".join(text.split())[:20]
+        return f'it begins with the text "{first}": a text file'
+    return "it begins with the bytes " + " ".join(f"{b:02x}" for b in head[:4])
 
 
 def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, TensorInfo]]:

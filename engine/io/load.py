@@ -65,10 +65,9 @@ class LoadedModel:
         return self.weights[name].dense()
 
 
-def load_model(path: str | Path | None = None, progress: Progress | None = None) -> LoadedModel:
-    """Load a .gguf file or an HF folder (None: the bundled default); raises ModelLoadError."""
-    t0 = time.perf_counter()
-    report: Progress = progress or (lambda stage, fraction: None)
+def model_source(path: str | Path | None) -> tuple[Path, str]:
+    """(the model's path, "gguf" | "hf") for --model PATH (None: the bundled default), or a
+    ModelLoadError that says what is wrong with the path. Reads nothing but directory entries."""
     source = default_model_path() if path is None else Path(path).expanduser()
     if source.is_file() and source.name == "config.json":
         source = source.parent  # a user pointing at the folder's config means the folder
@@ -80,18 +79,36 @@ def load_model(path: str | Path | None = None, progress: Progress | None = None)
                 f"{source} is a folder without config.json, so it is not a Hugging Face model folder.{hint} "
                 "Pass a .gguf file or a folder with config.json and model.safetensors."
             )
+        return source, "hf"
+    if source.is_file():
+        return source, "gguf"
+    raise ModelLoadError(
+        f"{source} does not exist. Pass a .gguf file or a Hugging Face model folder "
+        "(config.json + model.safetensors) with --model, or leave --model out for the bundled model."
+    )
+
+
+def check_model(path: str | Path | None) -> Path:
+    """A quick look before a slow load (the window checks --model before it opens): the path
+    exists and, for a GGUF file, its header parses. Raises ModelLoadError; returns the path."""
+    source, fmt = model_source(path)
+    if fmt == "gguf":
+        from engine.io.gguf_header import read_gguf
+        read_gguf(source)
+    return source
+
+
+def load_model(path: str | Path | None = None, progress: Progress | None = None) -> LoadedModel:
+    """Load a .gguf file or an HF folder (None: the bundled default); raises ModelLoadError."""
+    t0 = time.perf_counter()
+    report: Progress = progress or (lambda stage, fraction: None)
+    source, fmt = model_source(path)
+    if fmt == "hf":
         from engine.io.hf import load_hf_folder
         cfg, weights, tokenizer, file_type = load_hf_folder(source, report)
-        fmt = "hf"
-    elif source.is_file():
+    else:
         from engine.io.gguf_file import load_gguf
         cfg, weights, tokenizer, file_type = load_gguf(source, report)
-        fmt = "gguf"
-    else:
-        raise ModelLoadError(
-            f"{source} does not exist. Pass a .gguf file or a Hugging Face model folder "
-            "(config.json + model.safetensors) with --model, or leave --model out for the bundled model."
-        )
     if tokenizer.vocab_size > cfg.vocab_size:
         # a prompt using one of the extra tokens would index past the embedding
         raise ModelLoadError(

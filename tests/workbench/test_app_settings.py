@@ -14,6 +14,7 @@ def test_the_window_opens_with_the_users_defaults_and_its_draft_options():
         ["--draft", "early-exit", "--exit-layer", "24", "--depth", "4", "--temperature", "0.7"]))
     assert (s.draft, s.exit_layer, s.depth, s.sampling.temperature) == ("early-exit", 24, 4, 0.7)
     assert s.adaptive and s.ar_floor          # model drafts are priced like the n-gram ones
+    assert s.width == 1                       # a chain, as the README describes early exit
 
 
 def test_a_plain_window_says_why_in_a_few_words():

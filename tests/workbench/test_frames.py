@@ -31,12 +31,14 @@ def test_frame_pacer_spends_its_budget_and_starves_nothing():
     assert p.take(3.0, streaming=True, split=False) == views
     p.mark()
     assert p.take(3.1, streaming=True, split=False) == window_views
-    # one view per streaming frame; a new window every frame still lets every plot through
-    drawn, t = [], 10.0
-    for _ in range(25):
+    # one slot per streaming frame: the window views together (so they agree on the window they
+    # show), then one plot; a new window every frame still lets every plot through
+    frames, t = [], 10.0
+    for _ in range(24):
         p.mark()
-        (v,) = p.take(t, streaming=True, split=True)
-        drawn.append(v.name)
+        frames.append([v.name for v in p.take(t, streaming=True, split=True)])
         t += 0.3
-    assert all(drawn.count(v.name) == 5 for v in window_views), drawn    # 4 views + the plots' slot
-    assert sorted(drawn.count(v.name) for v in plots) == [1, 2, 2]       # the plots take turns
+    assert frames[0::2] == [[v.name for v in window_views]] * 12, frames
+    plot_frames = [f for f in frames[1::2]]
+    assert all(len(f) == 1 for f in plot_frames)
+    assert sorted(sum(f.count(v.name) for f in plot_frames) for v in plots) == [4, 4, 4]   # in turns

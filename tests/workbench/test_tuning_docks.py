@@ -60,6 +60,8 @@ def test_sweep_dock_cancels_resumes_draws_and_a_click_applies_the_cell(qtbot, ma
                   and c["status"] == "done")
     assert win.start_run()
     wait_windows(qtbot, win, 2)
+    win.docks["sweep"].raise_()                  # in front, as for a user's click
+    qtbot.waitUntil(lambda: hm.plot_widget.height() > 100)
     qtbot.mouseClick(hm.plot_widget.viewport(), Qt.MouseButton.LeftButton,
                      pos=hm.cell_center(target["id"]).toPoint())
     s = win.controls.settings()
@@ -104,7 +106,7 @@ def test_race_shows_two_outputs_to_the_finish_line_and_stops_cleanly(qtbot, make
         assert race.start()
     report = done.args[0]
     a, b = race.lanes
-    assert report["winner"] in (0, 1) and "won" in race.result.text()
+    assert report["winner"] in (0, 1) and "won" in race.result.full_text()
     assert [s["new_tokens"] for s in report["sides"]] == [10, 10]
     # greedy: both settings write the same text, token for token
     assert a.output.toPlainText() and a.output.toPlainText() == b.output.toPlainText()
@@ -118,7 +120,7 @@ def test_race_shows_two_outputs_to_the_finish_line_and_stops_cleanly(qtbot, make
         assert race.start()
         qtbot.waitUntil(lambda: bool(a.output.toPlainText()), timeout=TIMEOUT_MS)
         race.stop()
-    assert not race.running and race.worker.wait(5000) and "stopped" in race.result.text()
+    assert not race.running and race.worker.wait(5000) and "stopped" in race.result.full_text()
     assert race.start_button.isEnabled() and not race.stop_button.isEnabled()
     assert win.start_run()
     wait_windows(qtbot, win, 1)

@@ -119,7 +119,7 @@ def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
     wait_idle(qtbot, win)
     # the weights the card runs are named where the run and its roofline are described
     label = cpu_runtime.weights_label
-    assert label.startswith("Q4_1 as float32") and label in win.status.source.text()
+    assert label.startswith("Q4_1 as float32") and label in win.status.source.full_text()
     assert win.store.header["weights"] == label and label in win.roofline.legend.text()
     store = win.store
     assert len(store) >= 2
@@ -174,8 +174,10 @@ def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
     rows_csv = export.export_csv(win, tmp_path / "rows.csv")
     with rows_csv.open(newline="", encoding="utf-8") as f:
         lines = list(csv.reader(f))
-    assert len(lines) == 1 + len(store[-1].rows)
-    assert [ln[5] for ln in lines[1:]] == [r.draft_text for r in store[-1].rows]
+    # the whole run, not only the window shown
+    assert len(lines) == 1 + sum(len(ev.rows) for ev in store.events)
+    assert [(int(ln[0]), ln[5]) for ln in lines[1:]] == [(ev.index, r.draft_text) for ev in store.events
+                                                           for r in ev.rows]
 
     # a recording replays to the same view state, without a model
     rec = win.save_recording(tmp_path / "session.jsonl")
@@ -392,6 +394,10 @@ def test_bad_model_shows_banner_and_worker_survives(qtbot, make_window, cpu_spec
     message, kind = win.last_error
     assert kind == "model"
     assert "broken.gguf" in win.banner.message()
+    qtbot.waitUntil(lambda: win.run.state == "idle")
+    # nothing to run until another model: Run and Step are off and say why
+    assert not win.acts.run.isEnabled() and not win.acts.step.isEnabled()
+    assert "broken.gguf" in win.acts.run.toolTip()
     preload_runtime(cpu_spec, cpu_runtime)       # the failed load freed the shared model
     win.spec = cpu_spec
     assert win.start_run()                       # the same worker thread runs again

@@ -14,19 +14,19 @@ import bisect
 import json
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextFormat
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
+from PySide6.QtWidgets import (QComboBox, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
                                QTabWidget, QTextEdit, QToolTip, QWidget)
 
 from engine.errors import ParameterError, SpecscopeError
 from engine.io.prompts import default_prompt, read_prompt_file
 from engine.speculation.events import FROM_DRAFT
 
-from workbench import theme
+from workbench import dialogs, theme
 from workbench.store import EventStore
 from workbench.views.base import Shown
-from workbench.widgets import column, row
+from workbench.widgets import ElidedLabel, column, row
 
 RAW, CHAT = "raw text", "chat messages (JSON)"
 
@@ -59,11 +59,15 @@ class OutputView(QWidget):
         self.text = _OutputText(self)
         self.info = QLabel("")
         self.info.setObjectName("muted")
-        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.info.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Preferred)
         keys = QLabel(" &nbsp; ".join(f"<span style='color:{theme.KIND_COLOR[k]}'>■</span> {label}" for k, label in (
             (FROM_DRAFT, "draft"), ("bonus", "bonus"), ("correction", "correction"), ("target", "target"))))
         keys.setObjectName("muted")
-        column(self, row((self.info, 1), keys), (self.text, 1))
+        keys.setWordWrap(True)            # two lines in a narrow dock rather than a wider dock
+        keys.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.info.setFixedWidth(self.info.fontMetrics().horizontalAdvance("99,999 tokens") + 4)
+        keys.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        column(self, row((self.info, 0), (keys, 1)), (self.text, 1))
         self._formats = {}
         for kind, color in theme.KIND_COLOR.items():
             f = QTextCharFormat()
@@ -169,6 +173,8 @@ class PromptEditor(QWidget):
         super().__init__(parent)
         self.mode = QComboBox()
         self.mode.addItems([RAW, CHAT])
+        self.mode.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.mode.setMinimumContentsLength(9)
         self.mode.currentTextChanged.connect(lambda _: self._update_info())
         open_btn = QPushButton("Open…")
         open_btn.setToolTip(".txt: raw text · .json: chat messages (or drop a file here)")
@@ -181,7 +187,7 @@ class PromptEditor(QWidget):
         self.edit.setPlaceholderText("Type a prompt, or drop a .txt (raw text) or .json (chat messages) file")
         self.edit.file_dropped.connect(self.load_file)
         self.edit.textChanged.connect(self._update_info)
-        self.info = QLabel("")
+        self.info = ElidedLabel("")
         self.info.setObjectName("muted")
         column(self, row(QLabel("format"), self.mode, 1, default_btn, open_btn), (self.edit, 1), self.info)
         self.source = ""
@@ -211,7 +217,7 @@ class PromptEditor(QWidget):
             return False
 
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open prompt", "", "Prompts (*.txt *.json);;All files (*)")
+        path = dialogs.open_file(self, "Open prompt", "Prompts (*.txt *.json);;All files (*)")
         if path:
             self.load_file(path)
 

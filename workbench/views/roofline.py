@@ -17,13 +17,13 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QLabel, QMenu, QSizePolicy, QToolButton, QWidget
+from PySide6.QtWidgets import QCheckBox, QLabel, QMenu, QToolButton, QWidget
 
 from workbench import theme
 from workbench.profiles import Curve, curve_from_profile
 from workbench.store import EventStore
 from workbench.views.base import Shown
-from workbench.widgets import column, row
+from workbench.widgets import ElidedLabel, column, row
 
 ROWS_GRID = np.unique(np.round(np.logspace(0, math.log10(512), 160)).astype(int))
 TICKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -49,9 +49,8 @@ class RooflineView(QWidget):
         self.refs_button.setMenu(self.refs_menu)
         self.weights: str | None = None          # the weights the card runs (set_weights)
         self._last_describe: tuple | None = None
-        self.info = QLabel("")
+        self.info = ElidedLabel("")          # one line, cut with "…" (whole in the tooltip)
         self.info.setObjectName("muted")
-        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.plot_widget = pg.PlotWidget()
         self.plot = self.plot_widget.getPlotItem()
         theme.style_plot(self.plot, "", left="ms per pass", bottom="verify rows")
@@ -76,6 +75,7 @@ class RooflineView(QWidget):
             it.setZValue(10)
             self.plot.addItem(it)
         self._breakeven.hide()
+        self.plot.getViewBox().sigYRangeChanged.connect(self._place_breakeven_label)
         self._curve_items: list = []
         self._store: EventStore | None = None
         self._upto = -1
@@ -188,9 +188,24 @@ class RooflineView(QWidget):
             self._breakeven.setPos(tpp * ar * (1.0 / ar if norm else 1.0))
             self._breakeven.label.setFormat(f"break-even: {tpp:.2f} tok/pass × {ar:.2f} ms")
             self._breakeven.show()
+            self._place_breakeven_label()
         else:
             self._breakeven.hide()
         self._describe(ar, n_pts, tpp)
+
+    def _place_breakeven_label(self, *_) -> None:
+        """The break-even label above its line, or below it when the line runs in the top
+        quarter of the plot (above, it would be cut off by the plot's edge)."""
+        lo, hi = self.plot.getViewBox().viewRange()[1]
+        y = self._breakeven.value()
+        if self.plot.getViewBox().yInverted():
+            lo, hi = hi, lo
+        below = hi > lo and (y - lo) / (hi - lo) > 0.75
+        anchor = (0, 0) if below else (0, 1)
+        label = self._breakeven.label
+        if label.anchors[0] != anchor:
+            label.anchors = [anchor, anchor]
+            label.updatePosition()
 
     def _fit_rows(self, most: float) -> None:
         """The rows axis from 1 row to the most drawn (16 at least), so its ticks show and the

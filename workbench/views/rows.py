@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QVBoxLayout, QWidget
@@ -156,22 +153,3 @@ class VerifyRowsView(QWidget):
     def _on_current(self, cur: QModelIndex, _prev: QModelIndex) -> None:
         if cur.isValid() and not self._quiet:
             self.row_selected.emit(cur.row())
-
-    def export_csv(self, path: str | Path) -> Path:
-        """Every row of the shown window, raw token text (not the ␣/⏎ display form)."""
-        path = Path(path)
-        ev = self._event
-        with path.open("w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(["window", "row", "node", "depth", "draft_token", "draft_text", "target_token",
-                        "target_text", "p", "q", "accept_prob", "outcome", "near_tie",
-                        "penalty_flipped", "top5"])
-            for r in (ev.rows if ev else []):
-                w.writerow([ev.index, r.row, r.node, r.depth,
-                            "" if r.draft_token is None else r.draft_token, r.draft_text,
-                            r.target_token, r.target_text,
-                            "" if r.p is None else r.p, "" if r.q is None else r.q,
-                            "" if r.accept_prob is None else r.accept_prob, r.outcome, r.near_tie,
-                            bool(r.penalty and r.penalty.flipped),
-                            " | ".join(f"{t[0]}:{t[1]!r}:{t[2]:.6f}" for t in r.top)])
-        return path

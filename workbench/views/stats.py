@@ -13,14 +13,14 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from engine.speculation.events import BONUS, CORRECTION, TARGET
 
 from workbench import theme
 from workbench.store import EventStore
 from workbench.views.base import Part
-from workbench.widgets import column, row
+from workbench.widgets import ElidedLabel, column, row
 
 FLOOR_COLOR = {"off": theme.MUTED, "probing": theme.AMBER, "speculating": theme.GREEN,
                "retired": theme.BLUE}
@@ -47,6 +47,10 @@ def _shrinkable(label) -> None:
         label.setMinimumWidth(0)
     label.updateMin = update_min
     update_min()
+    # and cut at its own right edge: a clipped title keeps its first words and never runs
+    # over its neighbour's
+    label.setText(label.text, justify="left")
+    label.setFlag(QGraphicsItem.GraphicsItemFlag.ItemClipsChildrenToShape)
 
 
 class StatsView(QWidget):
@@ -55,13 +59,13 @@ class StatsView(QWidget):
         self.headline = QLabel("")
         self.headline.setTextFormat(Qt.TextFormat.RichText)
         self.headline.setWordWrap(True)
-        # a fixed two-line height: text growing by a line must not resize (and so re-lay-out and
-        # repaint) all four plots below it
+        # a fixed height, changed only when the text needs another line or frees one (_fit):
+        # text growing by a word must not resize (and so re-lay-out and repaint) the four plots
         self.headline.setFixedHeight(2 * self.headline.fontMetrics().lineSpacing() + 4)
         self.floor = QLabel("")
         self.floor.setObjectName("chip")
         # which drafter the shown window used (and why: the tooltip), its draft vs verify time
-        self.drafter = QLabel("")
+        self.drafter = ElidedLabel("")
         self.drafter.setObjectName("chip")
         self.glw = pg.GraphicsLayoutWidget()
         self.glw.ci.setSpacing(10)
@@ -120,7 +124,8 @@ class StatsView(QWidget):
         self.m_window = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.TEXT + "80", width=1))
         self.p_pass.addItem(self.m_window)
         self.p_depth.setYRange(0, 1.05, padding=0)
-        column(self, row((self.headline, 1), self.drafter, self.floor), (self.glw, 1))
+        # the headline has the whole width (it wraps); the chips sit on a line of their own
+        column(self, self.headline, row((self.drafter, 1), self.floor), (self.glw, 1))
         self.ar_ms: float | None = None
         self.state: dict = {}
         self._empty = False
@@ -128,6 +133,18 @@ class StatsView(QWidget):
         # drawn as two parts, so a live frame repaints two plots, not four
         self.parts = (Part(lambda s: self.show_upto(s.store, s.index, part="top")),
                       Part(lambda s: self.show_upto(s.store, s.index, part="bottom")))
+
+    def resizeEvent(self, e) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(e)
+        self._fit_headline()
+
+    def _fit_headline(self) -> None:
+        """The headline as tall as its wrapped text (never cut), changed only when the line count
+        does."""
+        two = 2 * self.headline.fontMetrics().lineSpacing() + 4
+        h = max(two, self.headline.heightForWidth(max(1, self.headline.width())))
+        if h != self.headline.height():
+            self.headline.setFixedHeight(h)
 
     def set_ar_ms(self, ms: float | None) -> None:
         self.ar_ms = ms
@@ -152,6 +169,7 @@ class StatsView(QWidget):
                 p.setYRange(*yr, padding=0.02)
             self._empty = True
             self.headline.setText(f"<span style='color:{theme.MUTED}'>no windows yet</span>")
+            self._fit_headline()
             self.floor.setText("AR floor: off")
             self.drafter.setText("")
             self.drafter.setToolTip("")
@@ -248,6 +266,7 @@ class StatsView(QWidget):
             f"({st.new_tokens} in {st.forward_passes})"
             + (f" · <span style='color:{theme.AMBER}'>≈ {ties} near-tie window{'s' * (ties != 1)}</span>"
                if ties else "") + alpha)
+        self._fit_headline()
         state = st.ar_floor or "off"
         self.floor.setText(f"AR floor: {state}")
         self.floor.setStyleSheet(f"color: {FLOOR_COLOR.get(state, theme.TEXT)};"

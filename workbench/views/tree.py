@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem,
-                               QGraphicsView, QLabel, QSizePolicy, QWidget)
+                               QGraphicsView, QLabel, QWidget)
 
 from engine.cost.plan import describe
 from engine.speculation.events import (ACCEPTED, BONUS, CORRECTION, NOT_REACHED, REJECTED, ROOT, TARGET,
@@ -23,7 +23,7 @@ from engine.speculation.events import (ACCEPTED, BONUS, CORRECTION, NOT_REACHED,
 from workbench import theme
 from workbench.tokens import fmt_prob, visible
 from workbench.views.base import Shown
-from workbench.widgets import column
+from workbench.widgets import ElidedLabel, column
 
 NODE_H = 26.0
 ROW_GAP = 10.0
@@ -154,7 +154,7 @@ class TokenTreeView(QWidget):
         super().__init__(parent)
         self.scene = QGraphicsScene(self)
         self.canvas = _Canvas(self.scene)
-        self.summary = QLabel("no window yet")
+        self.summary = ElidedLabel("no window yet")   # one line; cut with "…", whole in the tooltip
         legend = QLabel(" &nbsp; ".join(
             f"<span style='color:{theme.OUTCOME_COLOR[role]}'>■</span> {text}"
             for role, text in ((ACCEPTED, "accepted"), (REJECTED, "rejected"), (NOT_REACHED, "not reached"),
@@ -162,7 +162,6 @@ class TokenTreeView(QWidget):
         legend.setObjectName("muted")
         legend.setWordWrap(True)
         legend.setFont(theme.ui_font(8.5))
-        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)   # one line, clipped
         column(self, self.summary, legend, (self.canvas, 1), margins=(8, 6, 8, 4))
         self._items: list[_Node] = []
         self._states: list[NodeState] = []

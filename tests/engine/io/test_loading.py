@@ -338,3 +338,18 @@ def test_hf_folder_errors(tmp_path):
     d = variant("corrupt")
     (d / "model.safetensors").write_bytes(b"\x00" * 100)
     _raises(d, "model.safetensors")
+
+
+def test_load_errors_speak_plainly(tmp_path):
+    """No Python internals in a message a user reads: no b'...' reprs, no struct's wording."""
+    text = tmp_path / "notes.gguf"
+    text.write_text("hello, this is not a model\n")
+    msg = _raises(text, "not a GGUF", '"hello, this is not a"', "text file")
+    png = tmp_path / "image.gguf"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
+    msg += _raises(png, "bytes 89 50 4e 47")
+    short = tmp_path / "short.gguf"
+    short.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x01\x00")      # ends inside the counts
+    msg += _raises(short, "corrupt or truncated", "runs past the end of the file at 10 bytes")
+    for internal in ("b'", 'b"', "unpack", "struct", "buffer", "Error"):
+        assert internal not in msg, (internal, msg)
