@@ -205,3 +205,45 @@ def sweep_is_greedy(result: dict[str, Any]) -> bool:
     cells = result.get("cells") or []
     temps = {((c.get("settings") or {}).get("sampling") or {}).get("temperature", 0.0) for c in cells}
     return not temps or temps == {0.0}
+
+
+def sweep_prompt_ids(result: dict[str, Any]) -> dict[str, list[int]]:
+    """The prompts' token ids: from the sweep (stored since the llama.cpp pricing), else
+    re-encoded from its workload with its model's tokenizer (older sweeps)."""
+    stored = {p["id"]: p["ids"] for p in result.get("prompts", []) if "ids" in p}
+    if len(stored) == len(result.get("prompts", [])):
+        return stored
+    from engine.io.load import default_model_path, load_model
+    from engine.io.prompts import encode_prompt
+    from engine.io.workloads import load_workload
+    from pathlib import Path
+    cfg = result.get("config") or {}
+    src = Path(str((result.get("model") or {}).get("source") or ""))
+    if not src.exists():
+        name = (result.get("model") or {}).get("name", "")
+        if default_model_path().name in str(name) or default_model_path().name == src.name:
+            src = default_model_path()
+        else:
+            raise ParameterError(f"the sweep holds no prompt token ids and its model {src} is not "
+                                 "here to re-encode them: re-run the sweep command (it resumes and "
+                                 "adds them)")
+    tok = load_model(src).tokenizer
+    prompts = load_workload(cfg.get("workload", "code-edit"), cfg.get("per_category", 1), cfg.get("prompts"))
+    return {p.id: encode_prompt(tok, list(p.messages)) for p in prompts}
+
+
+@dataclass(frozen=True)
+class SweepPricing:
+    ranked: list[Priced]                 # every configuration, best first
+    chosen: Priced | None                # None: plain decoding
+    plain_tok_s: float
+    prompts: int
+    greedy: bool
+
+
+def price_sweep(result: dict[str, Any], profile: CostProfile,
+                grid: Iterable[LlamaCppConfig] | None = None, min_gain: float = MIN_GAIN) -> SweepPricing:
+    streams = streams_from_sweep(result, sweep_prompt_ids(result))
+    ranked = price(streams, profile, grid)
+    return SweepPricing(ranked, choose(ranked, min_gain), plain_tok_s(profile), len(streams),
+                        sweep_is_greedy(result))
