@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (QFileDialog, QFormLayout, QLabel, QLineEdit, QPro
 from engine.errors import SpecscopeError
 
 from workbench.jobs import JobWorker
+from workbench.llamacpp_panel import LlamaCppPanel
 from workbench.views.heatmap import HeatmapView
 from workbench.widgets import column, row
 
@@ -122,9 +123,11 @@ class SweepDock(QWidget):
         self.status.setWordWrap(True)
         self.heatmap = HeatmapView()
         self.heatmap.cell_clicked.connect(self.apply_cell.emit)
+        # the deployment engine: llama.cpp's own curve, the sweep priced on it, the command
+        self.llamacpp = LlamaCppPanel(lambda: self.result)
         column(self, form, row(self.run_button, self.cancel_button, self.load_button, 1,
                                self.apply_button, self.race_button),
-               self.bar, self.status, (self.heatmap, 1))
+               self.bar, self.status, (self.heatmap, 1), self.llamacpp)
         self.worker.item.connect(self._on_tick)
         self.worker.done.connect(self._on_done)
         self.worker.failed.connect(self._on_failed)
