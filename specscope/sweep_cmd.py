@@ -157,7 +157,9 @@ def run_export(a: argparse.Namespace) -> int:
     if (a.price_with or a.check_binary) and a.format != "llamacpp":
         raise ParameterError("--price-with and --check-binary are for --format llamacpp")
     if a.price_with:
-        text, notes = _priced_llamacpp(a, res)
+        text, report, notes = _priced_llamacpp(a, res)
+        for line in report:
+            print(line, file=sys.stderr)
     else:
         cell = find_cell(res, a.cell)
         ex = export_cell(cell, res, a.format)
@@ -174,7 +176,8 @@ def run_export(a: argparse.Namespace) -> int:
     return 0
 
 
-def _priced_llamacpp(a: argparse.Namespace, res: dict) -> tuple[str, list[str]]:
+def _priced_llamacpp(a: argparse.Namespace, res: dict) -> tuple[str, list[str], list[str]]:
+    """(the command or the plain-decoding line, the pricing report, notes)."""
     from engine.cost.llamacpp_bench import llamacpp_label, load_llama_bench_json
     from engine.tuning.llamacpp_export import (NO_GAIN, PER_SERVER, REMOVED, command, priced_lines,
                                                type_notes)
@@ -182,11 +185,12 @@ def _priced_llamacpp(a: argparse.Namespace, res: dict) -> tuple[str, list[str]]:
     profile = load_llama_bench_json(a.price_with)
     p = price_sweep(res, profile)
     label = f"{llamacpp_label(profile)} on {profile.device.split(' · ')[0]}, {profile.model}, depth {profile.context}"
-    notes = priced_lines(p.chosen, p.ranked, p.plain_tok_s, label)
-    notes.append(f"acceptance replayed from the sweep's plain runs on {p.prompts} prompts")
+    report = priced_lines(p.chosen, p.ranked, p.plain_tok_s, label)
+    notes = [f"acceptance replayed from the sweep's plain runs on {p.prompts} prompts"]
     if not p.greedy:
         notes.append("the sweep was sampled: the replay assumes greedy outputs, so the prediction is rougher")
     if p.chosen is None:
-        return NO_GAIN, notes
+        return NO_GAIN, report, notes
     model = str((res.get("model") or {}).get("source") or "MODEL.gguf")
-    return shlex.join(command(model, p.chosen.config)), notes + type_notes(p.chosen.config) + [PER_SERVER, REMOVED]
+    return (shlex.join(command(model, p.chosen.config)), report,
+            notes + type_notes(p.chosen.config) + [PER_SERVER, REMOVED])

@@ -187,7 +187,8 @@ def profile_from_llama_bench(records: Any, depth: int | None = None, source: str
     # llama-bench's model_type is "llama 135M Q4_1 - ..."-like: the weights' form is the dtype here
     mtype = str(first.get("model_type") or "")
     quant = next((w for w in mtype.split() if re.match(r"^(I?Q\d|F16|BF16|F32)", w)), "gguf")
-    label = f"llama.cpp {commit}" + (f" (build {build})" if build is not None else "")
+    label = (f"llama.cpp {commit}" if commit not in ("unknown", "?") else "llama.cpp, commit unknown") \
+        + (f" (build {build})" if build else "")
     pid = re.sub(r"[^A-Za-z0-9._-]+", "-", f"llamacpp-{commit}-{backend}-{device}-{model_file}-d{depth}").strip("-")
     return profile_from_points(sorted(points.items()), id=pid[:160], device=f"{device} · {label} · {backend}",
                                model=model_file, dtype=quant,
@@ -201,7 +202,9 @@ def is_llamacpp(profile: CostProfile) -> bool:
 def llamacpp_label(profile: CostProfile) -> str:
     """"llama.cpp 0c1e570 (CUDA)": what the window and the export call this curve."""
     e = profile.extra
-    return f"llama.cpp {e.get('build_commit', '?')} ({e.get('backends', '?')})"
+    commit = str(e.get("build_commit") or "unknown")
+    return (f"llama.cpp {commit} ({e.get('backends', '?')})" if commit not in ("unknown", "?")
+            else f"llama.cpp, commit unknown ({e.get('backends', '?')})")
 
 
 def load_llama_bench_json(path: str | os.PathLike, depth: int | None = None) -> CostProfile:

@@ -33,7 +33,8 @@ LLAMACPP_SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "dra
                        "draft-dspark", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
                        "ngram-cache")
 REMOVED = re.compile(r"has been removed", re.IGNORECASE)
-_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+_FLAG = re.compile(r"(?:^|[\s,])(--?[A-Za-z][\w-]*)")
+DESC_COL = 40           # common/arg.cpp's usage layout
 
 
 class BinaryCheckError(SpecscopeError):
@@ -41,18 +42,21 @@ class BinaryCheckError(SpecscopeError):
 
 
 def parse_help(text: str) -> dict[str, str]:
-    """Flag -> its help line, from llama.cpp's `--help` output (common_params_print_usage: one
-    option per entry, its names comma-separated at the start of the line, then the text)."""
+    """Flag -> its help text, from llama.cpp's `--help` (common_params_print_usage): an option's
+    names and value hint fill the first DESC_COL columns, its text starts there (on the next line
+    when the names are longer)."""
     flags: dict[str, str] = {}
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         if not line.startswith("-"):
             continue
-        head, _, desc = line.partition("  ")
-        # the names part: "-m,    --model FNAME" -> the flags before the value hint
-        names = [m.group(1) for m in _FLAG.finditer(head)]
-        rest = line[len(head):].strip() or desc.strip()
-        for n in names:
-            flags.setdefault(n, rest)
+        if len(line) > DESC_COL and line[DESC_COL - 2:DESC_COL] == "  ":
+            head, desc = line[:DESC_COL], line[DESC_COL:]
+        else:
+            head = line
+            desc = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("-") else ""
+        for m in _FLAG.finditer(head):
+            flags.setdefault(m.group(1), desc.strip())
     return flags
 
 

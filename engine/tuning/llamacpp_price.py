@@ -10,13 +10,15 @@ commit that plus one, tell the drafter how many were accepted. Each window is (r
 length, tokens emitted).
 
 `price` puts each window on a llama.cpp cost profile (engine.cost.llamacpp_bench: a pass of R rows
-costs ms(R); a window without a draft is a plain step, ms(1)) and gives the predicted tok/s per
+costs ms(R), its measured points joined linearly (`pass_ms`); a window without a draft is a plain
+step, ms(1)) and gives the predicted tok/s per
 prompt; `choose` takes the configuration with the highest median tok/s, and None when none beats
 plain decoding (1000 / ms(1)) by at least MIN_GAIN.
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -136,7 +138,31 @@ class Priced:
 
 
 def plain_tok_s(profile: CostProfile) -> float:
-    return 1000.0 / profile.ms(1)
+    return 1000.0 / pass_ms(profile)(1)
+
+
+def pass_ms(profile: CostProfile):
+    """ms of a pass of R rows on `profile`: its measured points, linear between them (llama.cpp's
+    curve has steps a single hinge smooths over: H200, 8B-like, 8 and 16 rows both 8.9 ms, 4 rows
+    6.2), the fit's slope past the last one; the fit where nothing was measured."""
+    pts = sorted(profile.points)
+    if len(pts) < 2:
+        return profile.ms
+    rows = [r for r, _ in pts]
+    ms = [m for _, m in pts]
+    slope = profile.fit.slope_ms_per_row
+
+    def f(r: int) -> float:
+        if r <= rows[0]:
+            return ms[0] if r == rows[0] else profile.ms(r)
+        if r >= rows[-1]:
+            return ms[-1] + slope * (r - rows[-1])
+        k = bisect.bisect_left(rows, r)
+        if rows[k] == r:
+            return ms[k]
+        r0, r1, m0, m1 = rows[k - 1], rows[k], ms[k - 1], ms[k]
+        return m0 + (m1 - m0) * (r - r0) / (r1 - r0)
+    return f
 
 
 def price(streams: Sequence[Stream], profile: CostProfile,
@@ -146,6 +172,7 @@ def price(streams: Sequence[Stream], profile: CostProfile,
         raise ParameterError("no prompts to price: the sweep has no plain-decoding outputs")
     grid = list(default_grid() if grid is None else grid)
     plain = plain_tok_s(profile)
+    cost = pass_ms(profile)
     indexes: dict[tuple[str, int], NgramSimpleIndex] = {}
     out = []
     for cfg in grid:
@@ -158,7 +185,7 @@ def price(streams: Sequence[Stream], profile: CostProfile,
                     indexes[key] = NgramSimpleIndex(list(st.prompt) + list(st.output), cfg.size_n)
                 idx = indexes[key]
             wins = replay(st, cfg, idx)
-            ms = sum(profile.ms(r) for r, _ in wins)
+            ms = sum(cost(r) for r, _ in wins)
             toks = sum(e for _, e in wins)
             rows.append({"prompt": st.id, "category": st.category, "tok_s": 1000.0 * toks / ms,
                          "tokens_per_pass": toks / len(wins),

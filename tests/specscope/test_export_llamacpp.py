@@ -80,7 +80,7 @@ def test_the_priced_export_is_the_best_on_llamacpps_curve(bench_json, sweep, hel
     code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "llamacpp",
                              "--price-with", str(bench_json))
     assert code == 0, err
-    assert f"plain decoding {1000 / prof.ms(1):.1f} tok/s" in err
+    assert f"plain decoding {1000 / prof.points[0][1]:.1f} tok/s" in err
     if p.ranked[0].ratio >= MIN_GAIN:
         words = shlex.split(out)
         assert words[:3] == ["llama-server", "-m", sweep["model"]["source"]]

@@ -98,6 +98,9 @@ class RooflineView(QWidget):
     def set_engine_profile(self, profile, label: str | None = None) -> None:
         """The engine the user deploys (llama.cpp's llama-bench curve), drawn beside this card's
         with its knee; None removes it."""
+        if profile is not None and label is None:
+            from engine.cost.llamacpp_bench import llamacpp_label
+            label = f"{llamacpp_label(profile)} · {profile.model}"
         self.engine = curve_from_profile(profile, label=label) if profile is not None else None
         self._rebuild_curves()
 
