@@ -6,7 +6,8 @@ llama.cpp built on this machine, side by side in one run.
 Rows, interleaved (each repeat: each prompt: every row once, in an order rotated per prompt):
     ours-ar, ours-lookup            Runtime(weights="packed"), 1 torch thread; decode tok/s = the
                                     tokens after the first window over the time after it
-    llamacpp-plain                  llama-speculative-simple -t 1 -n N --temp 0, no speculation
+    llamacpp-plain                  llama-speculative-simple -t 1 -n N --temp 0, never drafting
+                                    (ngram-simple 1024/1024: it refuses to run with no type)
     llamacpp-<type>                 the same with an n-gram type: ngram-simple (defaults 12/48),
                                     ngram-simple n4 m16, ngram-map-k (defaults), ngram-mod at
                                     --spec-default's settings (n_match 24, n_min 48, n_max 64)
@@ -32,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.llamacpp_spec import DECODED, DRAFTED, ACCEPTED, BUILD  # noqa: E402
+from bench.llamacpp_spec import ACCEPTED, BUILD, DECODED, DRAFTED, NEVER_DRAFTS  # noqa: E402
 
 LLAMA_TYPES = {
     "llamacpp-ngram-simple": ["--spec-type", "ngram-simple"],
@@ -116,7 +117,7 @@ def main() -> int:
                     elif name == "ours-lookup":
                         r = ours_run(rt, ids[p.id], a.new_tokens, "lookup")
                     else:
-                        r = llama_run(spec, model, files[p.id], a.new_tokens, LLAMA_TYPES.get(name, []))
+                        r = llama_run(spec, model, files[p.id], a.new_tokens, LLAMA_TYPES.get(name, NEVER_DRAFTS))
                     samples.append({"repeat": rep, "prompt": p.id, "row": name, **r})
                     print(f"[{time.perf_counter() - t0:6.0f}s] rep {rep} {p.id:<24} {name:<30} "
                           f"{r['decode_tok_s']:7.1f} tok/s", file=sys.stderr, flush=True)

@@ -7,7 +7,8 @@
 
 Each prompt (rendered with the model's chat template, as `specscope` encodes it) is decoded by
 `llama-speculative-simple -m F -f PROMPT -n TOKENS --temp 0` with
-    (a) plain        no speculation
+    (a) plain        no speculation (ngram-simple with sizes 1024/1024, which never drafts:
+                     the binary refuses to run without a speculative type)
     (b) spec-default --spec-default's settings: ngram-mod, n_match 24, n_min 48, n_max 64
                      (common/arg.cpp 4723-4731 of the pinned tree; llama-speculative-simple does
                      not take --spec-default itself, so its settings are passed one by one)
@@ -37,6 +38,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# llama-speculative-simple will not run without a speculative type ("failed to initialize
+# speculative decoding"): plain decoding through its same loop is ngram-simple with sizes it can
+# never meet (cur_len <= n + m + 1 -> no draft, common/ngram-map.cpp 65), so every pass is 1 row
+NEVER_DRAFTS = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024",
+                "--spec-ngram-simple-size-m", "1024"]
 SPEC_DEFAULT = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
                 "--spec-ngram-mod-n-min", "48", "--spec-ngram-mod-n-max", "64"]
 NGRAM_SIMPLE = ["--spec-type", "ngram-simple"]
@@ -51,7 +57,7 @@ def config_flags(text: str) -> list[str]:
     or [] for plain decoding."""
     text = text.strip()
     if not text or text.startswith("plain decoding"):
-        return []
+        return list(NEVER_DRAFTS)
     words = shlex.split(text.splitlines()[0])
     if words and not words[0].startswith("-"):
         words = words[1:]                       # the binary
@@ -135,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no llama-speculative-simple under {build} (cmake --build build --target "
                          "llama-speculative-simple)")
     config = Path(a.config_file).read_text() if a.config_file else a.config
-    variants = {"plain": [], "spec-default": SPEC_DEFAULT, "ngram-simple": NGRAM_SIMPLE,
+    variants = {"plain": NEVER_DRAFTS, "spec-default": SPEC_DEFAULT, "ngram-simple": NGRAM_SIMPLE,
                 "exported": config_flags(config)}
     prompts = prompt_texts(a.model, a.workload, a.per_category, a.prompts)
     extra = shlex.split(a.extra)
