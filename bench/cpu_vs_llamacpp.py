@@ -129,6 +129,12 @@ def main() -> int:
                        "build": f"{rec['build_number']} ({rec['build_commit']})"})
             print(f"[{time.perf_counter() - t0:6.0f}s] rep {rep} llama-bench tg{a.new_tokens} @ d{depth} -t 1: "
                   f"{rec['avg_ts']:.1f} tok/s", file=sys.stderr, flush=True)
+            # every repeat leaves a complete file: a long run on a shared machine may be cut
+            partial = summarize(samples, tg, rows)
+            partial.update(partial=True, repeats_done=rep + 1, loadavg_start=load0,
+                           loadavg_now=os.getloadavg(), samples=samples, tg=tg)
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text(json.dumps(partial, indent=1))
     load1 = os.getloadavg()
     res = summarize(samples, tg, rows)
     res.update(date=time.strftime("%Y-%m-%d %H:%M:%S %z"), loadavg_start=load0, loadavg_end=load1,

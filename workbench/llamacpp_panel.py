@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtGui import QFont, QGuiApplication
-from PySide6.QtWidgets import (QFileDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox,
-                               QWidget)
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (QFileDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QSizePolicy,
+                               QSpinBox, QWidget)
 
 from engine.errors import SpecscopeError
 from workbench.widgets import column, row
@@ -40,6 +40,7 @@ class LlamaCppPanel(QWidget):
         self.sweep_result, self.model_path = sweep_result, model_path
         self.profile = None
         self.pricing = None
+        self.table_text = ""
         self._thread: threading.Thread | None = None
         self.bridge = _Bridge(self)
         self.bridge.progress.connect(self._on_progress)
@@ -65,19 +66,20 @@ class LlamaCppPanel(QWidget):
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setFormat("llama.cpp: no curve yet")
-        self.summary = QLabel("")
+        self.summary = QLabel("")             # one line; the break-even table in its tooltip
         self.summary.setObjectName("muted")
-        self.summary.setWordWrap(True)
-        self.table = QLabel("")
-        self.table.setFont(QFont("monospace"))
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.answer = QLabel("")              # the priced configuration and its predicted gain
+        self.answer.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.command = QLineEdit("")
         self.command.setReadOnly(True)
         self.command.setPlaceholderText("the llama-server command priced on llama.cpp's curve")
         self.copy_button = QPushButton("Copy")
         self.copy_button.clicked.connect(self.copy)
-        column(self, row(QLabel("llama.cpp"), (self.binary, 1), pick, QLabel("depth"), self.context),
-               row(self.probe_button, self.load_button, 1, self.price_button),
-               self.bar, self.summary, self.table, row((self.command, 1), self.copy_button))
+        column(self, row(QLabel("llama.cpp"), (self.binary, 1), pick, QLabel("depth"), self.context,
+                         self.probe_button, self.load_button),
+               self.bar, self.summary, row((self.answer, 1), self.price_button),
+               row((self.command, 1), self.copy_button))
         self._enable()
 
     # ---- the curve ------------------------------------------------------------------------
@@ -141,10 +143,13 @@ class LlamaCppPanel(QWidget):
         self.profile = profile
         f = profile.fit
         knee = f"knee ≈ {f.knee_rows:.0f} rows" if f.knee_rows and f.knee_rows > 2 else "no flat part"
-        self.summary.setText(f"{llamacpp_label(profile)} · {profile.device.split(' · ')[0]} · depth "
-                             f"{profile.context}: one row {f.one_row_ms:.2f} ms "
-                             f"({1000 / f.one_row_ms:.0f} tok/s plain), 16 rows {profile.ms(16) / f.one_row_ms:.2f}x, {knee}")
-        self.table.setText(format_break_even(profile))
+        self.summary.setText(f"{llamacpp_label(profile)}, depth {profile.context}: 1 row "
+                             f"{f.one_row_ms:.2f} ms ({1000 / f.one_row_ms:.0f} tok/s), 16 rows "
+                             f"{profile.ms(16) / f.one_row_ms:.2f}x, {knee}")
+        # the break-even table: the summary's tooltip (the dock has no room for it)
+        self.table_text = format_break_even(profile)       # what `roofline --engine llamacpp` prints
+        self.summary.setToolTip(f"{profile.device}<br>tokens a window must emit to beat plain "
+                                f"decoding on llama.cpp:<pre>{self.table_text}</pre>")
         self.bar.setValue(1000)
         self.bar.setFormat("llama.cpp curve ready")
         self.profile_ready.emit(profile)
@@ -171,11 +176,14 @@ class LlamaCppPanel(QWidget):
         else:
             model = str((res.get("model") or {}).get("source") or "MODEL.gguf")
             text = shlex.join(command(model, p.chosen.config))
-            why = (f"{p.chosen.config.id}: predicted {p.chosen.tok_s:.0f} tok/s against plain "
-                   f"{p.plain_tok_s:.0f} ({p.chosen.ratio:.2f}x) on llama.cpp's curve, "
-                   f"{p.prompts} prompts replayed")
+            why = (f"{p.chosen.config.id}: {p.chosen.tok_s:.1f} tok/s predicted against plain "
+                   f"{p.plain_tok_s:.1f} ({p.chosen.ratio:.2f}x)")
         self.command.setText(text)
-        self.bar.setFormat(why)
+        self.command.setCursorPosition(0)
+        self.answer.setText(why)
+        self.answer.setToolTip(f"{why}; on llama.cpp's curve, acceptance replayed from the sweep's "
+                               f"plain runs on {p.prompts} prompts")
+        self.bar.setFormat("priced")
         self.command_ready.emit(text)
         self._enable()
         return True

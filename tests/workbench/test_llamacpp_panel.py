@@ -47,12 +47,13 @@ def test_probe_overlay_price_and_copy(qtbot, make_window, tmp_path):
     with qtbot.waitSignal(panel.profile_ready, timeout=30_000):
         assert panel.probe()
     assert win.roofline.state["engine"].startswith("llama.cpp")
-    assert "tokens to beat AR" in panel.table.text()
+    assert "tokens to beat AR" in panel.table_text and "tokens to beat AR" in panel.summary.toolTip()
+    assert "16 rows" in panel.summary.text()
     assert panel.price()
     expected = price_sweep(sweep, load_llama_bench_json(_bench_json()))
     if expected.chosen is not None:
         assert shlex.split(panel.command.text())[3:] == expected.chosen.config.flags()
-        assert f"{expected.chosen.ratio:.2f}x" in panel.bar.format()
+        assert f"{expected.chosen.ratio:.2f}x" in panel.answer.text()
     else:
         assert panel.command.text().startswith("plain decoding: no speculative configuration pays")
     panel.copy()
