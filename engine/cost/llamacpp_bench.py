@@ -118,13 +118,14 @@ def run_llama_bench(cmd: Sequence[str], progress: Callable[[str, float | None], 
 
 def _failure_line(cmd: Sequence[str], code: int, tail: list[str]) -> str:
     text = "\n".join(tail)
+    name = Path(cmd[0]).name
     model = cmd[cmd.index("-m") + 1] if "-m" in cmd else "?"
     if re.search(r"failed to load model|error loading model|unable to load model", text):
-        return f"llama-bench could not load the model {model} (exit {code}); its last words: " \
+        return f"{name} could not load the model {model} (exit {code}); its last words: " \
                + _last_error(tail)
     if "invalid parameter" in text or "unknown argument" in text or "error: invalid" in text:
-        return f"llama-bench rejected its arguments (exit {code}): {_last_error(tail)}"
-    return f"llama-bench failed (exit {code}): {_last_error(tail)}"
+        return f"{name} rejected its arguments (is it llama-bench?) (exit {code}): {_last_error(tail)}"
+    return f"{name} failed (exit {code}): {_last_error(tail)}"
 
 
 def _last_error(tail: list[str]) -> str:
