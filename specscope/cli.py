@@ -15,6 +15,7 @@ from engine.speculation.settings import DRAFTERS, MATCH_RULES, USER_DEFAULTS, De
 from specscope.bench import add_bench_args
 from specscope.progress import Progress
 from specscope.roofline import add_roofline_args, run_roofline
+from specscope.roofline_llamacpp import add_llamacpp_args
 from specscope.sweep_cmd import add_export_args, add_sweep_args
 
 
@@ -157,6 +158,9 @@ def cmd_generate(a: argparse.Namespace) -> int:
 
 
 def cmd_roofline(a: argparse.Namespace) -> int:
+    if a.engine == "llamacpp":                 # llama.cpp's own curve, by its llama-bench
+        from specscope.roofline_llamacpp import run_llamacpp_roofline
+        return run_llamacpp_roofline(a)
     from engine.session import draft_opener, open_runtime
     drafts = None
     if a.draft_model:
@@ -212,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("roofline", help="measure verify cost vs rows; write a device profile")
     add_model_args(r, top=False)
     add_roofline_args(r)
+    add_llamacpp_args(r)
     r.set_defaults(func=cmd_roofline)
     b = sub.add_parser("bench", help="ours and peers side by side")
     add_model_args(b, top=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import threading
 import time
@@ -33,7 +34,12 @@ def add_sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default=d.workload,
                    help="code-edit (default), specbench (all of "
                         f"{','.join(SPECBENCH_CATEGORIES)}), specbench:CATEGORY,... or a .jsonl file")
-    p.add_argument("--drafts", default=",".join(d.drafts), help="drafters, comma separated: lookup,tree")
+    p.add_argument("--drafts", default=",".join(d.drafts),
+                   help="drafters, comma separated: lookup,tree (also llama.cpp's ngram-simple, "
+                        "ngram-map-k, ngram-map-k4v: depth = size_m, --ngram-max = size_n)")
+    p.add_argument("--ngram-min", type=int, default=d.ngram_min)
+    p.add_argument("--ngram-max", type=int, default=d.ngram_max,
+                   help="longest n-gram matched (llama.cpp's drafters: their size_n)")
     p.add_argument("--depths", default=",".join(map(str, d.depths)), help="draft depths, e.g. 2,4,8,16")
     p.add_argument("--widths", default=",".join(map(str, d.widths)),
                    help="tree widths, e.g. 1,2,3 (the lookup drafter has one branch)")
@@ -59,7 +65,8 @@ def config_from_args(a: argparse.Namespace) -> SweepConfig:
                        drafts=tuple(x.strip() for x in a.drafts.split(",") if x.strip()),
                        depths=parse_ints("--depths", a.depths), widths=parse_ints("--widths", a.widths),
                        prompts=a.prompts, per_category=a.per_category, new_tokens=a.new_tokens,
-                       match=a.match, adaptive=a.adaptive, skip_margin=a.skip_margin)
+                       match=a.match, adaptive=a.adaptive, skip_margin=a.skip_margin,
+                       ngram_min=a.ngram_min, ngram_max=a.ngram_max)
 
 
 def _clock(s: float | None) -> str:
@@ -134,14 +141,56 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
                    help="a sweep.json (or the folder holding it)")
     p.add_argument("--cell", default="best", help="best (default) or DRAFT:DEPTH:WIDTH, e.g. tree:8:3")
     p.add_argument("--format", required=True, choices=FORMATS,
-                   help="cli: our command line; llamacpp: llama-server flags; vllm: a speculative_config JSON")
+                   help="cli: our command line; llamacpp: a llama-server command; vllm: a vllm serve "
+                        "command with its --speculative-config")
+    p.add_argument("--price-with", metavar="PROFILE", default=None,
+                   help="--format llamacpp: choose the llama.cpp configuration with the most tokens "
+                        "per ms on this llama.cpp profile (specscope roofline --engine llamacpp, or a "
+                        "llama-bench -o json file), acceptance replayed from the sweep's plain runs")
+    p.add_argument("--check-binary", metavar="PATH", default=None,
+                   help="--format llamacpp: run PATH --help (your llama-server, llama-cli or "
+                        "llama-speculative-simple) and name any exported flag it rejects")
 
 
 def run_export(a: argparse.Namespace) -> int:
     res = load_sweep(a.source)
-    cell = find_cell(res, a.cell)
-    ex = export_cell(cell, res, a.format)
-    print(ex.text)
-    for n in ex.notes:
+    if (a.price_with or a.check_binary) and a.format != "llamacpp":
+        raise ParameterError("--price-with and --check-binary are for --format llamacpp")
+    if a.price_with:
+        text, report, notes = _priced_llamacpp(a, res)
+        for line in report:
+            print(line, file=sys.stderr)
+    else:
+        cell = find_cell(res, a.cell)
+        ex = export_cell(cell, res, a.format)
+        text, notes = ex.text, ex.notes
+    print(text)
+    for n in notes:
         print(f"note: {n}", file=sys.stderr)
+    if a.check_binary and text.startswith("llama"):
+        from engine.tuning.llamacpp_flags import check_binary
+        bad = check_binary(a.check_binary, shlex.split(text))
+        if bad:
+            raise ParameterError(f"{a.check_binary} rejects " + "; ".join(f"{f} ({why})" for f, why in bad))
+        print(f"checked: {a.check_binary} takes every flag of this command", file=sys.stderr)
     return 0
+
+
+def _priced_llamacpp(a: argparse.Namespace, res: dict) -> tuple[str, list[str], list[str]]:
+    """(the command or the plain-decoding line, the pricing report, notes)."""
+    from engine.cost.llamacpp_bench import llamacpp_label, load_llama_bench_json
+    from engine.tuning.llamacpp_export import (NO_GAIN, PER_SERVER, REMOVED, command, priced_lines,
+                                               type_notes)
+    from engine.tuning.llamacpp_price import price_sweep
+    profile = load_llama_bench_json(a.price_with)
+    p = price_sweep(res, profile)
+    label = f"{llamacpp_label(profile)} on {profile.device.split(' · ')[0]}, {profile.model}, depth {profile.context}"
+    report = priced_lines(p.chosen, p.ranked, p.plain_tok_s, label)
+    notes = [f"acceptance replayed from the sweep's plain runs on {p.prompts} prompts"]
+    if not p.greedy:
+        notes.append("the sweep was sampled: the replay assumes greedy outputs, so the prediction is rougher")
+    if p.chosen is None:
+        return NO_GAIN, report, notes
+    model = str((res.get("model") or {}).get("source") or "MODEL.gguf")
+    return (shlex.join(command(model, p.chosen.config)), report,
+            notes + type_notes(p.chosen.config) + [PER_SERVER, REMOVED])

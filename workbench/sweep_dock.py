@@ -22,6 +22,7 @@ from engine.errors import SpecscopeError
 
 from workbench import dialogs
 from workbench.jobs import JobWorker
+from workbench.llamacpp_panel import LlamaCppPanel
 from workbench.views.heatmap import HeatmapView
 from workbench.widgets import column, row
 
@@ -131,10 +132,12 @@ class SweepDock(QWidget):
         self.status.setWordWrap(True)
         self.heatmap = HeatmapView()
         self.heatmap.cell_clicked.connect(self._clicked)
+        # the deployment engine: llama.cpp's own curve, the sweep priced on it, the command
+        self.llamacpp = LlamaCppPanel(lambda: self.result)
         # two lines of buttons: one would set the dock's (and the window's) least width
         column(self, form, row(self.run_button, self.cancel_button, self.load_button, 1),
                row(self.apply_button, self.race_button, self.export_button, 1),
-               self.bar, self.status, (self.heatmap, 1))
+               self.bar, self.status, (self.heatmap, 1), self.llamacpp)
         self.worker.item.connect(self._on_tick)
         self.worker.done.connect(self._on_done)
         self.worker.failed.connect(self._on_failed)

@@ -142,6 +142,7 @@ class MainWindow(QMainWindow):
         r.failed.connect(self._on_failed)
         r.state_changed.connect(self._update_actions)
         self.controls.settings_changed.connect(self._on_settings)
+        self.sweep.llamacpp.profile_ready.connect(self.roofline.set_engine_profile)
         self.timeline.index_changed.connect(lambda _: self.pacer.mark())
         self.tree.row_selected.connect(self.select_row)
         self.rows.row_selected.connect(self.select_row)

@@ -33,7 +33,7 @@ from engine.errors import ParameterError
 from engine.speculation.events import Provenance
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng, SamplingConfig
-from engine.speculation.settings import DRAFTERS, MATCH_RULES
+from engine.speculation.settings import DRAFTERS, LLAMACPP_DRAFTERS, MATCH_RULES
 from engine.speculation.tree import TokenTree, build_trie
 
 if TYPE_CHECKING:
@@ -208,6 +208,9 @@ def make_drafter(name: str, match: str = "recent") -> Drafter | None:
         return None
     if name == "lookup":
         return LookupDrafter(match)
+    if name in LLAMACPP_DRAFTERS:               # llama.cpp's drafters, ported line for line
+        from engine.speculation.llamacpp_ngram import LlamaCppNgramDrafter
+        return LlamaCppNgramDrafter(name)
     if match not in MATCH_RULES:
         raise ParameterError(f"match rule must be one of {', '.join(MATCH_RULES)}, got {match!r}")
     return TreeDrafter()

@@ -16,8 +16,11 @@ from engine.limits import MAX_ROWS
 from engine.speculation.sampling import SamplingConfig
 
 NGRAM_DRAFTERS = ("lookup", "tree")
+# llama.cpp's own n-gram drafters (engine.speculation.llamacpp_ngram): size_n = --ngram-max,
+# size_m = --depth
+LLAMACPP_DRAFTERS = ("ngram-simple", "ngram-map-k", "ngram-map-k4v")
 MODEL_DRAFTERS = ("model", "early-exit")     # a draft model; the target's own first layers
-DRAFTERS = ("none", *NGRAM_DRAFTERS, *MODEL_DRAFTERS)
+DRAFTERS = ("none", *NGRAM_DRAFTERS, *MODEL_DRAFTERS, *LLAMACPP_DRAFTERS)
 MATCH_RULES = ("recent", "first", "frequent")
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingConfig))
 

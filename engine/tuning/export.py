@@ -1,18 +1,16 @@
 """A sweep cell's settings as a command line for us, for llama.cpp's server, and for vLLM.
 
-    export_cell(cell, result, "vllm").text  ->  {"method": "ngram", "num_speculative_tokens": 8, ...}
+    export_cell(cell, result, "vllm").text  ->  vllm serve MODEL --speculative-config '{"method": "ngram", ...}'
 
 Each export also carries notes: where the other engine's semantics differ from ours, so the
 nearest equivalent is not mistaken for the same thing.
 
-Sources of the other engines' names (read 2026-12-01):
-  llama.cpp: docs/speculative.md in ggml-org/llama.cpp ("Command-Line Options": --draft-max,
-    --draft-min, --spec-type none|ngram-cache|ngram-simple|ngram-map-k|ngram-map-k4v|ngram-mod,
-    --spec-ngram-size-n, --spec-ngram-size-m, --spec-ngram-check-rate, --spec-ngram-min-hits;
-    -md / --model-draft for a draft model) and tools/server/README.md (-m / --model).
-  vLLM: docs.vllm.ai/en/latest/features/speculative_decoding/n_gram/ and vllm/config/speculative.py
-    (SpeculativeConfig: method "ngram", num_speculative_tokens, prompt_lookup_max,
-    prompt_lookup_min "defaults to 1").
+llama.cpp: engine.tuning.llamacpp_export (flags and notes of the pinned tree, llama.cpp 0c1e570;
+priced on llama.cpp's own curve there too). vLLM (read 2026-12-02): docs.vllm.ai
+features/speculative_decoding/n_gram ("method": "ngram", num_speculative_tokens,
+prompt_lookup_max, prompt_lookup_min) and suffix decoding ("method": "suffix", Arctic Inference's
+suffix trees ranked by frequency); features/quantization/gguf ("GGUF support has migrated to OOT
+vllm-gguf-plugin", in-tree support deprecated in vllm#39583).
 """
 
 from __future__ import annotations
@@ -23,15 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import ParameterError
+from engine.tuning.llamacpp_export import cell_export
+from engine.tuning.llamacpp_flags import LLAMACPP_FLAGS, LLAMACPP_SPEC_TYPES  # noqa: F401 (re-exported)
 
 FORMATS = ("cli", "llamacpp", "vllm")
 
-# every llama-server flag an export may use (docs/speculative.md and the server README above)
-LLAMACPP_FLAGS = frozenset({"-m", "--model", "-md", "--model-draft", "--draft", "--draft-n",
-                            "--draft-max", "--draft-min", "--draft-n-min", "--spec-type",
-                            "--spec-ngram-size-n", "--spec-ngram-size-m", "--spec-ngram-check-rate",
-                            "--spec-ngram-min-hits"})
-LLAMACPP_SPEC_TYPES = ("none", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
 # the keys of vLLM's speculative_config for its n-gram proposer
 VLLM_NGRAM_KEYS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
 
@@ -67,37 +61,19 @@ def _cli(s: dict[str, Any], result: dict[str, Any]) -> Export:
 
 
 def _llamacpp(s: dict[str, Any], result: dict[str, Any]) -> Export:
-    notes = []
-    depth = int(s["depth"])
-    # ngram-simple drafts what followed the LAST match of the current n-gram (our `recent`);
-    # ngram-map-k4v drafts the most frequent continuation of a key (nearest to `frequent`)
-    spec_type = "ngram-map-k4v" if s["match"] == "frequent" else "ngram-simple"
-    if s["match"] == "first":
-        notes.append("llama.cpp has no earliest-match rule: ngram-simple takes the last match "
-                     "(our --match recent)")
-    if s["match"] == "frequent":
-        notes.append("ngram-map-k4v (llama.cpp calls it experimental) drafts a key's most frequent "
-                     "continuation, the nearest to our --match frequent")
-    notes.append(f"llama.cpp matches one n-gram size (--spec-ngram-size-n {s['ngram_max']}); we "
-                 f"back off from {s['ngram_max']} to {s['ngram_min']} tokens when the longer one "
-                 "has no match")
-    if s["draft"] == "tree" and int(s["width"]) > 1:
-        notes.append(f"llama.cpp has no token trees: only the tree's main branch (depth {depth}) "
-                     f"carries over; the {int(s['width']) - 1} alternative branch(es) are dropped")
-    if s["adaptive"]:
-        notes.append("llama.cpp has no cost model: --draft-max caps the draft, --draft-min 0 lets "
-                     "short matches through; our chooser's per-window depth and AR floor do not carry over")
-    flags = ["-m", _model_path(result), "--spec-type", spec_type,
-             "--spec-ngram-size-n", str(s["ngram_max"]), "--spec-ngram-size-m", str(depth),
-             "--draft-max", str(depth), "--draft-min", "0"]
-    return Export(shlex.join(flags), tuple(notes))
+    text, notes = cell_export(s, _model_path(result))
+    return Export(text, notes)
 
 
 def _vllm(s: dict[str, Any], result: dict[str, Any]) -> Export:
     notes = []
+    model = _model_path(result)
     if s["match"] != "first":
         notes.append(f"vLLM's n-gram proposer takes the earliest match in the context; this cell "
                      f"was measured with --match {s['match']} (sweep with --match first to compare)")
+    if s["match"] == "frequent":
+        notes.append('for frequency-ranked drafts vLLM has suffix decoding: "method": "suffix" '
+                     "(Arctic Inference's suffix trees; pip install arctic-inference)")
     notes.append("vLLM tries n-gram sizes from prompt_lookup_max down to prompt_lookup_min, as we do")
     if s["draft"] == "tree" and int(s["width"]) > 1:
         notes.append(f"vLLM's ngram method drafts one chain: the tree's {int(s['width']) - 1} "
@@ -105,6 +81,10 @@ def _vllm(s: dict[str, Any], result: dict[str, Any]) -> Export:
     if s["adaptive"]:
         notes.append("vLLM's ngram method drafts a fixed num_speculative_tokens: our chooser's "
                      "per-window depth and AR floor do not carry over")
+    if model.lower().endswith(".gguf"):
+        notes.append("a GGUF model needs vLLM's GGUF plugin (pip install vllm-gguf-plugin: GGUF left "
+                     "vLLM's tree, vllm#39583) and --tokenizer with the base model's Hugging Face repo")
     cfg = {"method": "ngram", "num_speculative_tokens": int(s["depth"]),
            "prompt_lookup_min": int(s["ngram_min"]), "prompt_lookup_max": int(s["ngram_max"])}
-    return Export(json.dumps(cfg), tuple(notes))
+    return Export(shlex.join(["vllm", "serve", model, "--speculative-config", json.dumps(cfg)]),
+                  tuple(notes))

@@ -14,15 +14,17 @@ from typing import Any
 from engine.errors import ParameterError
 from engine.limits import MAX_ROWS
 from engine.speculation.drafters import tree_rows
-from engine.speculation.settings import MATCH_RULES, DecodeSettings
+from engine.speculation.settings import LLAMACPP_DRAFTERS, MATCH_RULES, DecodeSettings
 
-SWEEP_DRAFTS = ("lookup", "tree")
+# llama.cpp's drafters sweep as chains: depth is their size_m, --ngram-max their size_n
+SWEEP_DRAFTS = ("lookup", "tree", *LLAMACPP_DRAFTERS)
+DEFAULT_DRAFTS = ("lookup", "tree")
 
 
 @dataclass(frozen=True)
 class SweepConfig:
     workload: str = "code-edit"        # engine.io.workloads: code-edit, specbench[:CATS], a .jsonl
-    drafts: tuple[str, ...] = SWEEP_DRAFTS
+    drafts: tuple[str, ...] = DEFAULT_DRAFTS
     depths: tuple[int, ...] = (2, 4, 8, 16)
     widths: tuple[int, ...] = (1, 2, 3)
     prompts: int | None = None         # keep the first N prompts of the workload
@@ -103,7 +105,7 @@ def plan_cells(cfg: SweepConfig) -> list[Cell]:
     depths = sorted(set(cfg.depths))
     cells = []
     for draft in cfg.drafts:
-        for w in (1,) if draft == "lookup" else sorted(set(cfg.widths)):
+        for w in (1,) if draft != "tree" else sorted(set(cfg.widths)):
             cells += [Cell(draft, d, w) for d in depths]
     if cfg.adaptive:
         cells += [Cell(d, depths[-1], max(cfg.widths) if d == "tree" else 1, adaptive=True)

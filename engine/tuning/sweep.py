@@ -97,8 +97,9 @@ class Sweep:
                 "weights": rt.weights_label,
                 "model": {"source": str(rt.loaded.source), "name": rt.model_id,
                           "format": rt.loaded.format},
-                "prompts": [{"id": p.id, "category": p.category, "prompt_tokens": len(self.ids[p.id])}
-                            for p in self.prompts]}
+                # the ids let llama.cpp's drafters be replayed on AR's outputs (tuning.llamacpp_price)
+                "prompts": [{"id": p.id, "category": p.category, "prompt_tokens": len(self.ids[p.id]),
+                             "ids": self.ids[p.id]} for p in self.prompts]}
 
     def _start(self, previous: dict[str, Any] | None) -> dict[str, Any]:
         head = self._header()

@@ -41,7 +41,9 @@ def test_vllm_config_has_exactly_the_documented_keys(sweep_dir, capsys) -> None:
     code, out, err = _export(capsys, "--from", str(sweep_dir / "sweep.json"), "--cell", "tree:3:2",
                              "--format", "vllm")
     assert code == 0, err
-    cfg = json.loads(out)               # one JSON object on stdout, notes on stderr
+    words = shlex.split(out)            # vllm serve MODEL --speculative-config JSON; notes on stderr
+    assert words[:2] == ["vllm", "serve"] and words[3] == "--speculative-config"
+    cfg = json.loads(words[4])
     assert tuple(cfg) == VLLM_NGRAM_KEYS == ("method", "num_speculative_tokens", "prompt_lookup_min",
                                              "prompt_lookup_max")
     assert cfg == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
@@ -55,12 +57,15 @@ def test_llamacpp_flags_are_in_its_documented_set(sweep_dir, capsys) -> None:
     assert code == 0, err
     assert len(out.strip().splitlines()) == 1
     words = shlex.split(out)
+    assert words[0] == "llama-server"
     flags = [w for w in words if w.startswith("-")]
     assert flags and set(flags) <= LLAMACPP_FLAGS
-    values = dict(zip(words[::2], words[1::2]))
+    values = dict(zip(words[1::2], words[2::2]))
     assert values["--spec-type"] in LLAMACPP_SPEC_TYPES
     best = json.loads((sweep_dir / "sweep.json").read_text())["best"]
-    assert values["--draft-max"] == best.split(":")[1]
+    t = values["--spec-type"]
+    assert values[f"--spec-{t}-size-m"] == best.split(":")[1]
+    assert int(values[f"--spec-{t}-size-n"]) <= int(values[f"--spec-{t}-size-m"])
     assert "no token trees" in err or best.startswith("lookup")
 
 

@@ -24,7 +24,7 @@ def row_key(cell: dict[str, Any]) -> str:
     """The heat-map row a cell sits in."""
     if cell["adaptive"]:
         return f"adaptive {cell['draft']}"
-    return "lookup" if cell["draft"] == "lookup" else f"tree w{cell['width']}"
+    return f"tree w{cell['width']}" if cell["draft"] == "tree" else cell["draft"]   # chains: lookup, ngram-simple, ...
 
 
 def ratio_color(ratio: float | None) -> QColor:

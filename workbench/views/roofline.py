@@ -27,6 +27,7 @@ from workbench.widgets import ElidedLabel, column, row
 
 ROWS_GRID = np.unique(np.round(np.logspace(0, math.log10(512), 160)).astype(int))
 TICKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+ENGINE_COLOR = "#ff9e64"    # the deployment engine (llama.cpp): apart from the reference palette
 
 
 class RooflineView(QWidget):
@@ -36,6 +37,7 @@ class RooflineView(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.card: Curve | None = None
+        self.engine: Curve | None = None         # the deployment engine's own curve (llama.cpp)
         self.references: list[Curve] = []
         self._shown_refs: set[str] = set()
         self.normalize = QCheckBox("÷ one-row cost")
@@ -93,6 +95,15 @@ class RooflineView(QWidget):
         self.card = curve_from_profile(profile, label="this card (probe)")
         self._rebuild_curves()
 
+    def set_engine_profile(self, profile, label: str | None = None) -> None:
+        """The engine the user deploys (llama.cpp's llama-bench curve), drawn beside this card's
+        with its knee; None removes it."""
+        if profile is not None and label is None:
+            from engine.cost.llamacpp_bench import llamacpp_label
+            label = f"{llamacpp_label(profile)} · {profile.model}"
+        self.engine = curve_from_profile(profile, label=label) if profile is not None else None
+        self._rebuild_curves()
+
     def set_references(self, profiles: list) -> None:
         self.references = [c for c in (curve_from_profile(p) for p in profiles) if c is not None]
         self.refs_menu.clear()
@@ -125,6 +136,8 @@ class RooflineView(QWidget):
 
     def _curves(self) -> list[tuple[Curve, str]]:
         curves = [(self.card, theme.ACCENT)] if self.card else []
+        if self.engine is not None:
+            curves.append((self.engine, ENGINE_COLOR))
         shown = [c for c in self.references if c.label in self._shown_refs]
         return curves + [(c, theme.OVERLAY_COLORS[i % len(theme.OVERLAY_COLORS)]) for i, c in enumerate(shown)]
 
@@ -248,4 +261,5 @@ class RooflineView(QWidget):
                                    f"{'× one-row cost' if self.normalize.isChecked() else 'ms per pass'}</span>")
         self.state = {"points": n_pts, "ar_ms": ar, "tokens_per_pass": tpp,
                       "card": self.card.label if self.card else None,
+                      "engine": self.engine.label if self.engine else None,
                       "references": sorted(self._shown_refs)}

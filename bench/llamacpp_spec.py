@@ -1,0 +1,204 @@
+"""llama.cpp's speculative decoding, three ways, on the same prompts (issue 23's benchmark).
+
+    python bench/llamacpp_spec.py --build LLAMA_CPP/build --model F.gguf \
+        --config "$(specscope export --from SWEEP --format llamacpp --price-with PROFILE)" \
+        [--workload code-edit,specbench:summarization,qa,rag] [--per-category 3] [--prompts N] \
+        [--tokens 128] [--threads N] [--extra "-ngl 99 -fa on"] [--repeats 1] --out OUT.json
+
+Each prompt (rendered with the model's chat template, as `specscope` encodes it) is decoded by
+`llama-speculative-simple -m F -f PROMPT -n TOKENS --temp 0` with
+    (a) plain        no speculation (ngram-simple with sizes 1024/1024, which never drafts:
+                     the binary refuses to run without a speculative type)
+    (b) spec-default --spec-default's settings: ngram-mod, n_match 24, n_min 48, n_max 64
+                     (common/arg.cpp 4723-4731 of the pinned tree; llama-speculative-simple does
+                     not take --spec-default itself, so its settings are passed one by one)
+        ngram-simple `--spec-type ngram-simple` at its defaults (size_n 12, size_m 48)
+    (c) exported     the configuration `specscope export --format llamacpp --price-with` chose on
+                     llama.cpp's measured curve (its flags after `-m MODEL`; "plain decoding: ..."
+                     means plain)
+and its "decoded N tokens in S seconds, speed: X t/s" line is parsed (decode only: the prompt's
+encoding is timed apart by llama.cpp). Variants run round-robin per prompt, so drift on a shared
+machine spreads over all of them. Prints a table per category (median tok/s, (c) / (a) and (c) /
+the better (b)) and writes everything, commands included, to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# llama-speculative-simple will not run without a speculative type ("failed to initialize
+# speculative decoding"): plain decoding through its same loop is ngram-simple with sizes it can
+# never meet (cur_len <= n + m + 1 -> no draft, common/ngram-map.cpp 65), so every pass is 1 row
+NEVER_DRAFTS = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024",
+                "--spec-ngram-simple-size-m", "1024"]
+SPEC_DEFAULT = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
+                "--spec-ngram-mod-n-min", "48", "--spec-ngram-mod-n-max", "64"]
+NGRAM_SIMPLE = ["--spec-type", "ngram-simple"]
+DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
+ACCEPTED = re.compile(r"n_accept\s*=\s*(\d+)")
+BUILD = re.compile(r"build: (\d+) \(([0-9a-f]+)\)")
+
+
+def config_flags(text: str) -> list[str]:
+    """The speculative flags of an exported command (`llama-server -m MODEL --spec-type ...`),
+    or [] for plain decoding."""
+    text = text.strip()
+    if not text or text.startswith("plain decoding"):
+        return list(NEVER_DRAFTS)
+    words = shlex.split(text.splitlines()[0])
+    if words and not words[0].startswith("-"):
+        words = words[1:]                       # the binary
+    out, skip = [], False
+    for i, w in enumerate(words):
+        if skip:
+            skip = False
+            continue
+        if w in ("-m", "--model"):
+            skip = True
+            continue
+        out.append(w)
+    return out
+
+
+def prompt_texts(model: str, workload: str, per_category: int, limit: int | None) -> list[dict]:
+    from engine.io.load import load_model
+    from engine.io.workloads import load_workload
+    tok = load_model(model).tokenizer
+    out = []
+    for spec in _workloads(workload):
+        for p in load_workload(spec, per_category, limit):
+            text = tok.render_chat(list(p.messages), add_generation_prompt=True)
+            out.append({"id": p.id, "category": p.category or spec, "text": text,
+                        "prompt_tokens": len(tok.encode(text, add_special_tokens=False))})
+    return out
+
+
+def _workloads(text: str) -> list[str]:
+    """"code-edit,specbench:summarization,qa,rag" -> ["code-edit", "specbench:summarization,qa,rag"]."""
+    parts, out = [p.strip() for p in text.split(",") if p.strip()], []
+    for p in parts:
+        if out and out[-1].startswith("specbench:") and ":" not in p and p not in ("code-edit", "specbench"):
+            out[-1] += "," + p
+        else:
+            out.append(p)
+    return out
+
+
+def run_one(binary: Path, model: str, prompt_file: Path, tokens: int, flags: list[str],
+            threads: int | None, extra: list[str], timeout_s: float) -> dict:
+    cmd = [str(binary), "-m", model, "-f", str(prompt_file), "-n", str(tokens), "--temp", "0"]
+    if threads is not None:
+        cmd += ["-t", str(threads)]
+    cmd += extra + flags
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+    log = r.stdout + "\n" + r.stderr
+    m = DECODED.search(log)
+    if r.returncode != 0 or not m:
+        tail = " | ".join(x for x in log.strip().splitlines()[-3:])
+        raise SystemExit(f"llama-speculative-simple failed (exit {r.returncode}): {shlex.join(cmd)}\n  {tail}")
+    d, a, b = DRAFTED.search(log), ACCEPTED.search(log), BUILD.search(log)
+    return {"tok_s": float(m.group(3)), "decoded": int(m.group(1)), "decode_s": float(m.group(2)),
+            "drafted": int(d.group(1)) if d else None, "accepted": int(a.group(1)) if a else None,
+            "build": f"{b.group(1)} ({b.group(2)})" if b else None,
+            "wall_s": round(time.perf_counter() - t0, 3), "command": shlex.join(cmd)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", required=True, help="llama.cpp build dir (bin/llama-speculative-simple inside)")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--config", default="", help="the exported command (or its flags)")
+    ap.add_argument("--config-file", default=None, help="a file holding the exported command")
+    ap.add_argument("--workload", default="code-edit,specbench:summarization,qa,rag")
+    ap.add_argument("--per-category", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=None, help="the first N prompts of each workload")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--extra", default="", help="more flags for every run, e.g. \"-ngl 99 -fa on\"")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+
+    build = Path(a.build)
+    binary = next((p for p in (build / "bin" / "llama-speculative-simple", build / "llama-speculative-simple")
+                   if p.is_file()), None)
+    if binary is None:
+        raise SystemExit(f"no llama-speculative-simple under {build} (cmake --build build --target "
+                         "llama-speculative-simple)")
+    config = Path(a.config_file).read_text() if a.config_file else a.config
+    variants = {"plain": NEVER_DRAFTS, "spec-default": SPEC_DEFAULT, "ngram-simple": NGRAM_SIMPLE,
+                "exported": config_flags(config)}
+    prompts = prompt_texts(a.model, a.workload, a.per_category, a.prompts)
+    extra = shlex.split(a.extra)
+    runs: list[dict] = []
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, p in enumerate(prompts):
+            f = Path(tmp) / f"{i}.txt"
+            f.write_text(p["text"])
+            for rep in range(a.repeats):
+                for name, flags in variants.items():
+                    r = run_one(binary, a.model, f, a.tokens, flags, a.threads, extra, a.timeout)
+                    runs.append({"prompt": p["id"], "category": p["category"], "variant": name,
+                                 "repeat": rep, **r})
+                    print(f"[{i + 1}/{len(prompts)}] {p['id']:<28} {name:<13} {r['tok_s']:>9.1f} tok/s "
+                          f"drafted {r['drafted']} accepted {r['accepted']}", file=sys.stderr, flush=True)
+    table = summarize(runs, list(variants))
+    print(format_table(table, list(variants)))
+    out = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "binary": str(binary),
+           "build": next((r["build"] for r in runs if r["build"]), None), "model": a.model,
+           "tokens": a.tokens, "threads": a.threads, "extra": a.extra, "variants": variants,
+           "exported_config": config.strip(), "loadavg_start": load0,
+           "loadavg_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+           "table": table, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}
+                                                      for p in prompts]}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    print(f"written {a.out}", file=sys.stderr)
+    return 0
+
+
+def summarize(runs: list[dict], variants: list[str]) -> dict:
+    """{category: {variant: median tok/s, ..., 'c/a', 'c/b'}} plus 'all'."""
+    cats = sorted({r["category"] for r in runs}) + ["all"]
+    out = {}
+    for c in cats:
+        row = {}
+        for v in variants:
+            xs = [r["tok_s"] for r in runs if r["variant"] == v and (c == "all" or r["category"] == c)]
+            row[v] = round(statistics.median(xs), 2) if xs else None
+        if row.get("plain") and row.get("exported"):
+            row["c/a"] = round(row["exported"] / row["plain"], 3)
+        best_b = max((row[v] for v in ("spec-default", "ngram-simple") if row.get(v)), default=None)
+        if best_b and row.get("exported"):
+            row["c/b"] = round(row["exported"] / best_b, 3)
+        out[c] = row
+    return out
+
+
+def format_table(table: dict, variants: list[str]) -> str:
+    head = f"{'category':<16}" + "".join(f"{v:>14}" for v in variants) + f"{'(c)/(a)':>9}{'(c)/(b)':>9}"
+    lines = [head + "   (median decode tok/s)"]
+    for c, row in table.items():
+        lines.append(f"{c:<16}" + "".join(f"{row[v]:>14.1f}" if row.get(v) else f"{'-':>14}" for v in variants)
+                     + f"{row.get('c/a', float('nan')):>9.2f}{row.get('c/b', float('nan')):>9.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

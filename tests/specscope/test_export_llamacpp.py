@@ -1,0 +1,139 @@
+"""The llama.cpp export against the pinned llama.cpp itself: its flags checked against the real
+`--help` of a build of ../shared/peers (fixture, provenance inside), the configuration priced on a
+real llama-bench JSON (fixture) with acceptance replayed from a real sweep (fixture: the bundled
+model's plain runs on the code-edit prompts)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import stat
+from pathlib import Path
+
+import pytest
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp"
+OLD_EXPORT = ("-m m.gguf --spec-type ngram-simple --spec-ngram-size-n 4 --spec-ngram-size-m 16 "
+              "--draft-max 16 --draft-min 0")      # what specscope exported before (issue 23)
+
+
+def llama_bench_fixtures() -> list[Path]:
+    """Every captured llama-bench JSON (this CPU's; others, e.g. a GPU's, are added beside it)."""
+    return sorted(FIX.glob("llama-bench_*.json"))
+
+
+@pytest.fixture(scope="module")
+def help_text() -> str:
+    d = json.loads((FIX / "help_llama-speculative-simple.json").read_text())
+    assert d["commit"].startswith("0c1e570")          # the pinned tree
+    return d["text"]
+
+
+@pytest.fixture(scope="module")
+def sweep() -> dict:
+    return json.loads((FIX / "sweep_cpu_code-edit.json").read_text())
+
+
+def _export(capsys, *args: str) -> tuple[int, str, str]:
+    from specscope.cli import main
+    code = main(["export", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_old_flags_fail_against_the_pinned_help(help_text) -> None:
+    from engine.tuning.llamacpp_flags import rejected_flags
+    bad = dict(rejected_flags(shlex.split(OLD_EXPORT), help_text))
+    assert set(bad) == {"--spec-ngram-size-n", "--spec-ngram-size-m", "--draft-max", "--draft-min"}
+    assert "removed" in bad["--draft-max"]          # listed by --help, as removed
+
+
+def test_every_cell_exports_flags_the_pinned_llamacpp_takes(sweep, help_text, tmp_path, capsys) -> None:
+    from engine.tuning.export import export_cell
+    from engine.tuning.llamacpp_flags import LLAMACPP_FLAGS, rejected_flags
+    from engine.tuning.llamacpp_export import cell_config
+    cells = [c for c in sweep["cells"] if c["status"] == "done"]
+    # depth 2 with n-grams up to 4: the old export never drafted there
+    cells.append({**cells[0], "settings": {**cells[0]["settings"], "draft": "lookup", "depth": 2,
+                                            "ngram_max": 4}})
+    for c in cells:
+        ex = export_cell(c, sweep, "llamacpp")
+        words = shlex.split(ex.text)
+        assert words[0] == "llama-server"
+        assert rejected_flags(words, help_text) == [], ex.text
+        assert {w for w in words if w.startswith("-")} <= LLAMACPP_FLAGS
+        cfg, _ = cell_config(c["settings"])
+        assert cfg.size_m >= cfg.size_n
+        assert any("per server" in n for n in ex.notes)
+
+
+@pytest.mark.parametrize("bench_json", llama_bench_fixtures(), ids=lambda p: p.stem)
+def test_the_priced_export_is_the_best_on_llamacpps_curve(bench_json, sweep, help_text, tmp_path, capsys) -> None:
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_flags import rejected_flags
+    from engine.tuning.llamacpp_price import MIN_GAIN, price_sweep
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    prof = load_llama_bench_json(bench_json)
+    p = price_sweep(sweep, prof)
+    assert all(x.config.size_m >= x.config.size_n for x in p.ranked)
+    assert p.ranked[0].tok_s == max(x.tok_s for x in p.ranked)
+    code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "llamacpp",
+                             "--price-with", str(bench_json))
+    assert code == 0, err
+    assert f"plain decoding {1000 / prof.points[0][1]:.1f} tok/s" in err
+    if p.ranked[0].ratio >= MIN_GAIN:
+        words = shlex.split(out)
+        assert words[:3] == ["llama-server", "-m", sweep["model"]["source"]]
+        assert words[3:] == p.ranked[0].config.flags()
+        assert rejected_flags(words, help_text) == []
+        assert f"predicted {p.ranked[0].tok_s:.1f} tok/s" in err
+    else:
+        assert out.strip() == "plain decoding: no speculative configuration pays on this card"
+
+
+def test_nothing_pays_on_a_card_where_rows_are_dear(sweep, tmp_path, capsys) -> None:
+    """The real CPU curve with every pass of 2+ rows made 2.5x dearer (the one-row step kept):
+    speculation cannot pay for its rows there, and the export says so instead of recommending."""
+    src = json.loads(llama_bench_fixtures()[0].read_text())
+    for r in src["records"]:
+        if r["n_prompt"] >= 2:
+            r["samples_ns"] = [int(x * 2.5) for x in r["samples_ns"]]
+    dear = tmp_path / "dear.json"
+    dear.write_text(json.dumps(src))
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "llamacpp", "--price-with", str(dear))
+    assert code == 0, err
+    assert out.strip() == "plain decoding: no speculative configuration pays on this card"
+    assert "x plain" in err
+
+
+def _fake_binary(tmp_path: Path, help_text: str) -> Path:
+    """A stand-in for the user's llama.cpp: prints the pinned build's captured --help."""
+    (tmp_path / "help.txt").write_text(help_text)
+    b = tmp_path / "llama-server"
+    b.write_text(f"#!/bin/sh\ncat '{tmp_path / 'help.txt'}'\n")
+    b.chmod(b.stat().st_mode | stat.S_IEXEC)
+    return b
+
+
+def test_check_binary_names_the_flags_it_rejects(sweep, help_text, tmp_path, capsys) -> None:
+    from engine.tuning.llamacpp_flags import check_binary
+    b = _fake_binary(tmp_path, help_text)
+    assert [f for f, _ in check_binary(b, shlex.split(OLD_EXPORT))] == [
+        "--spec-ngram-size-n", "--spec-ngram-size-m", "--draft-max", "--draft-min"]
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "llamacpp", "--check-binary", str(b))
+    assert code == 0 and "takes every flag" in err
+    code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "llamacpp",
+                             "--check-binary", str(tmp_path / "missing"))
+    assert code == 2 and "no llama.cpp binary at" in err and "Traceback" not in err
+
+
+def test_vllm_is_the_whole_serve_line(sweep, tmp_path, capsys) -> None:
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "vllm")
+    assert code == 0, err
+    words = shlex.split(out)
+    assert words[:3] == ["vllm", "serve", sweep["model"]["source"]] and words[3] == "--speculative-config"
+    assert json.loads(words[4])["method"] == "ngram"
+    assert "vllm-gguf-plugin" in err          # the bundled model is a GGUF

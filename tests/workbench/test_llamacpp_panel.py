@@ -1,0 +1,60 @@
+"""Targeting llama.cpp from the window: the sweep dock's llama.cpp panel probes llama-bench on its
+thread (a stand-in script printing a real captured llama-bench JSON and its progress lines),
+draws llama.cpp's curve on the roofline beside this card's, prices the loaded sweep on it (the
+same answer as `specscope export --price-with`) and copies the command; a missing binary is one
+line in the panel."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import stat
+from pathlib import Path
+
+from PySide6.QtGui import QGuiApplication
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp"
+
+
+def _bench_json() -> Path:
+    return sorted(FIX.glob("llama-bench_*.json"))[0]
+
+
+def _fake_llama_bench(tmp_path: Path) -> Path:
+    records = json.loads(_bench_json().read_text())["records"]
+    (tmp_path / "records.json").write_text(json.dumps(records))
+    b = tmp_path / "llama-bench"
+    b.write_text("#!/bin/sh\n"
+                 "echo 'llama-bench: benchmark 1/2: starting' >&2\n"
+                 "echo 'llama-bench: benchmark 2/2: starting' >&2\n"
+                 f"cat '{tmp_path / 'records.json'}'\n")
+    b.chmod(b.stat().st_mode | stat.S_IEXEC)
+    return b
+
+
+def test_probe_overlay_price_and_copy(qtbot, make_window, tmp_path):
+    from engine.tuning.llamacpp_price import price_sweep
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    win = make_window()
+    sweep = json.loads((FIX / "sweep_cpu_code-edit.json").read_text())
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    assert win.sweep.load(tmp_path / "sweep.json")
+    panel = win.sweep.llamacpp
+    panel.binary.setText(str(tmp_path / "missing" / "llama-bench"))
+    assert not panel.probe()
+    assert "no llama-bench at" in panel.bar.format()
+    panel.binary.setText(str(_fake_llama_bench(tmp_path)))
+    with qtbot.waitSignal(panel.profile_ready, timeout=30_000):
+        assert panel.probe()
+    assert win.roofline.state["engine"].startswith("llama.cpp")
+    assert "tokens to beat AR" in panel.table_text and "tokens to beat AR" in panel.summary.toolTip()
+    assert "16 rows" in panel.summary.text()
+    assert panel.price()
+    expected = price_sweep(sweep, load_llama_bench_json(_bench_json()))
+    if expected.chosen is not None:
+        assert shlex.split(panel.command.text())[3:] == expected.chosen.config.flags()
+        assert f"{expected.chosen.ratio:.2f}x" in panel.answer.text()
+    else:
+        assert panel.command.text().startswith("plain decoding: no speculative configuration pays")
+    panel.copy()
+    assert QGuiApplication.clipboard().text() == panel.command.text()
