@@ -167,9 +167,8 @@ def acceptance(ctx: LessonContext) -> LessonResult:
                           [tt.alpha], [tt.tokens_per_drafted], style="points", color=colors[i % 3],
                           labels=(name,))
                    for i, (name, tt) in enumerate(measured))
-    marks = tuple(Mark("x", tt.alpha, name, colors[i % 3]) for i, (name, tt) in enumerate(measured))
     panel = Panel("expected tokens per pass, (1 − α^(γ+1)) / (1 − α)", "acceptance rate α per draft token",
-                  "tokens per pass", curves + points, marks, y_range=(0.8, 17.5))
+                  "tokens per pass", curves + points, y_range=(0.8, 17.5))
     comps = [
         Comparison("γ = 16 at α = 0.9", S.GAMMA16_AT_09, S.expected_tokens(0.9, 16), "tok/pass",
                    write_up_text="about 8x"),

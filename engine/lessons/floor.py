@@ -58,7 +58,7 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
     runs = (("AR floor on", on), ("AR floor off (always the tree)", off), ("plain AR", ar))
     p2 = Panel("tokens per second kept", "", "tok/s",
                (series("tok/s", range(3), [r.report["tok_s"] for _, r in runs], style="bars",
-                       labels=tuple(name for name, _ in runs)),),
+                       labels=tuple(f"{fmt(r.report['tok_s'])} tok/s" for _, r in runs)),),
                x_ticks=tuple((float(i), name) for i, (name, _) in enumerate(runs)))
     final = on.floor[-1][0] if on.floor else "off"
     decided = next((s for s in steps if s["state"] != "probing"), None)

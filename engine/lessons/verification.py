@@ -19,6 +19,7 @@ from engine.speculation.tree import TokenTree
 from engine.speculation.verify import TreeRejection, greedy_path, score_rows
 
 # a request whose answer repeats itself: drafts carry tokens the last W tokens do not
+TV_ZERO = 1e-9      # float32 softmax noise: a row moved less than this did not move
 PENALTY_PROMPT = ("Write the word list 'alpha, beta, gamma, delta' five times, one list per line, "
                   "then the same list in reverse order five times.")
 
@@ -74,23 +75,28 @@ def penalties(ctx: LessonContext) -> LessonResult:
     flips = [v for v in verdicts if v.right != v.wrong]
     differing = [w for w in windows if w["emitted"] != w["wrong_emitted"]]
     same = [v for v in verdicts if v.right == v.wrong]
-    panel = Panel("each verify row: how far one history moves its distribution", "depth of the row in the draft tree (0 = the root)",
-                  "total variation, own H_i vs one history",
-                  (series("same verdict", [v.depth for v in same], [v.tv for v in same], style="points",
-                          color="neutral"),
+    moved = [v for v in same if v.tv > TV_ZERO]
+    panel = Panel("each verify row: how far one history moves its distribution",
+                  "depth of the row in the draft tree (0 = the root)",
+                  "total variation, own H_i vs one history (log)",
+                  (series(f"same verdict ({len(same) - len(moved)} more rows at 0: the roots, "
+                          "and rows whose path adds no token new to the history)",
+                          [v.depth for v in moved], [v.tv for v in moved], style="points", color="neutral"),
                    series("verdict flipped by the per-row history", [v.depth for v in flips],
                           [v.tv for v in flips], style="points", color="bad",
-                          labels=tuple(f"{v.right_text!r} not {v.wrong_text!r}" for v in flips))))
+                          labels=tuple(f"{v.right_text!r} not {v.wrong_text!r}" for v in flips))),
+                  log_y=True)
     n_rows = len(verdicts)
     deep = [v.tv for v in verdicts if v.depth >= 1]
+    n_moved = sum(t > TV_ZERO for t in deep)
     comps = (
         Comparison("presence penalty", S.PRESENCE_PENALTY, S.PRESENCE_PENALTY, ""),
         Comparison("row i penalized against", None, None,
                    write_up_text="H_i = last W of prompt ‖ emitted ‖ drafts[0..i)",
                    here_text="the same (engine.speculation.verify.row_histories)"),
-        Comparison("rows whose distribution one history moves", None, sum(t > 1e-6 for t in deep), "rows",
+        Comparison("rows whose distribution one history moves", None, n_moved, "rows",
                    write_up_text="dropping it changes the distribution",
-                   here_text=(f"{sum(t > 1e-6 for t in deep)} of {len(deep)} draft rows; largest total "
+                   here_text=(f"{n_moved} of {len(deep)} draft rows; largest total "
                               f"variation {fmt(max(deep, default=0.0))}")),
         Comparison("rows whose verdict one history would flip", None, len(flips), "rows",
                    here_text=f"{len(flips)} of {n_rows} rows"),
@@ -208,6 +214,8 @@ def rejection(ctx: LessonContext) -> LessonResult:
     ctx.say(f"the control: {n:,} more with the residual replaced by p", 0.8)
     control = first_tokens(ResidualIsP, best["p"], best["q"], best["root"], n, seed=11)
     p0 = best["p"][0].double()
+    def pv(x: float) -> str:
+        return f"{x:.3g}" if x >= 1e-12 else "< 1e-12"
     stat_r, pv_r, df_r = chi_square(right, p0)
     stat_c, pv_c, df_c = chi_square(control, p0)
     emp_r = torch.bincount(right, minlength=p0.shape[0]).double() / n
@@ -230,9 +238,9 @@ def rejection(ctx: LessonContext) -> LessonResult:
                "token (the target's top by p)", "share of windows",
                (series("p: the target", [x - 0.27 for x in xs], [float(p0[t]) for t in top], style="bars",
                        color="card", labels=labels),
-                series(f"rejection sampling (χ² p = {pv_r:.3g})", xs, [float(emp_r[t]) for t in top],
+                series(f"rejection sampling (χ² p = {pv(pv_r)})", xs, [float(emp_r[t]) for t in top],
                        style="bars", color="good"),
-                series(f"control, residual := p (χ² p = {pv_c:.3g})", [x + 0.27 for x in xs],
+                series(f"control, residual := p (χ² p = {pv(pv_c)})", [x + 0.27 for x in xs],
                        [float(emp_c[t]) for t in top], style="bars", color="bad")),
                x_ticks=tuple((float(x), lab) for x, lab in zip(xs, labels)))
     acc = sum(r["accepted"] for r in rows) / len(rows) if rows else 0.0
@@ -240,10 +248,10 @@ def rejection(ctx: LessonContext) -> LessonResult:
     comps = (
         Comparison("trials per case", S.REJECTION_TRIALS, n, "windows"),
         Comparison("rejection sampling: emitted tokens follow p", None, pv_r, "χ² p-value",
-                   write_up_text="yes", here_text=f"χ² p = {pv_r:.3g}, total variation {tv_r:.4f}"),
+                   write_up_text="yes", here_text=f"χ² p = {pv(pv_r)}, total variation {tv_r:.4f}"),
         Comparison("control (residual := p) fails", None, pv_c, "χ² p-value",
                    write_up_text="in every control case",
-                   here_text=f"{'yes' if distorted else 'NO'}: χ² p = {pv_c:.3g}, total variation {tv_c:.4f}"),
+                   here_text=f"{'yes' if distorted else 'NO'}: χ² p = {pv(pv_c)}, total variation {tv_c:.4f}"),
         Comparison("draft tokens accepted (early exit, T 0.7)", None, acc, "",
                    here_text=f"{fmt(acc)} of {len(rows)} rows (layer {exit_layer} of {n_layers})"),
     )

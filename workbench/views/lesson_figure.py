@@ -124,11 +124,14 @@ def draw_panel(plot, panel: Panel) -> None:
         at = math.log2(m.at) if (m.axis == "x" and panel.log_x) else m.at
         if m.axis == "y" and panel.log_y:
             at = math.log10(m.at) if m.at > 0 else 0.0
+        opts = ({"color": color(m.color), "position": 0.9} if m.axis == "x" else
+                {"color": color(m.color), "position": 0.97, "anchors": [(1, 1), (1, 1)]})
         line = pg.InfiniteLine(pos=at, angle=90 if m.axis == "x" else 0,
                                pen=pg.mkPen(color(m.color), width=1.2, style=Qt.PenStyle.DashLine),
-                               label=m.label, labelOpts={"color": color(m.color), "position": 0.92 if m.axis == "x" else 0.05,
-                                                         "anchors": [(0, 1), (0, 1)] if m.axis == "y" else None})
+                               label=m.label, labelOpts=opts)
         plot.addItem(line)
+    for side in ("left", "bottom"):
+        plot.getAxis(side).enableAutoSIPrefix(False)
     axis = plot.getAxis("bottom")
     if panel.x_ticks:
         axis.setTicks([[(x, t) for x, t in panel.x_ticks]])
@@ -139,12 +142,31 @@ def draw_panel(plot, panel: Panel) -> None:
     if panel.log_y:
         ys = [y for s in panel.series for y in s.y if y > 0] or [1.0]
         lo, hi = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
-        ticks = [(math.log10(m * 10 ** k), fmt(m * 10 ** k)) for k in range(lo, hi + 1) for m in (1, 2, 5)
-                 if min(ys) / 1.5 <= m * 10 ** k <= max(ys) * 1.5]
+        steps = (1, 2, 5) if hi - lo <= 3 else (1,)
+        stride = max(1, (hi - lo + 1) // 8)
+        ticks = [(math.log10(m * 10 ** k), fmt(m * 10 ** k) if m * 10 ** k >= 0.01 else f"{m * 10 ** k:.0e}")
+                 for k in range(lo, hi + 1, stride) for m in steps if min(ys) / 1.5 <= m * 10 ** k <= max(ys) * 1.5]
         plot.getAxis("left").setTicks([ticks])
     if panel.y_range is not None:
         plot.setYRange(*panel.y_range, padding=0.02)
+    else:
+        _headroom(plot, panel)
     legend.setZValue(20)
+
+
+def _headroom(plot, panel: Panel) -> None:
+    """The y range of the data (and y marks) with room above it for the legend."""
+    ys = [y for s in panel.series for y in s.y] + [m.at for m in panel.marks if m.axis == "y"]
+    if panel.log_y:
+        ys = [math.log10(y) for y in ys if y > 0]
+    ys = [y for y in ys if math.isfinite(y)]
+    if not ys:
+        return
+    lo, hi = min(ys), max(ys)
+    if any(s.style == "bars" for s in panel.series):
+        lo = min(lo, 0.0)
+    span = (hi - lo) or abs(hi) or 1.0
+    plot.setYRange(lo - 0.04 * span, hi + 0.4 * span, padding=0)
 
 
 def _draw_series(plot, panel: Panel, s: Series, width: float) -> None:
