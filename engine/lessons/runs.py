@@ -48,7 +48,9 @@ class Budget:
 
     @property
     def label(self) -> str:
-        return "quick test budget" if self.quick else f"{self.prompts} prompts per workload, {self.new_tokens} tokens each"
+        if self.quick:
+            return "quick test budget: the shortest prompt, a few tokens, a short probe"
+        return f"full budget: up to {self.prompts} prompts per workload, {self.new_tokens} new tokens"
 
 
 @dataclass

@@ -141,6 +141,7 @@ class ResidualIsP(TreeRejection):
 
 REJECTION_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 SHOWN_TOKENS = 10
+SHOWN_ROWS = 24         # drafted rows drawn (the run's first); the rest are in data["rows"]
 
 
 def first_tokens(walker: type[TreeRejection], p: torch.Tensor, q: torch.Tensor, root: int,
@@ -215,7 +216,7 @@ def rejection(ctx: LessonContext) -> LessonResult:
     control = first_tokens(ResidualIsP, best["p"], best["q"], best["root"], n, seed=11)
     p0 = best["p"][0].double()
     def pv(x: float) -> str:
-        return f"{x:.3g}" if x >= 1e-12 else "< 1e-12"
+        return f"= {x:.3g}" if x >= 1e-12 else "< 1e-12"
     stat_r, pv_r, df_r = chi_square(right, p0)
     stat_c, pv_c, df_c = chi_square(control, p0)
     emp_r = torch.bincount(right, minlength=p0.shape[0]).double() / n
@@ -225,35 +226,38 @@ def rejection(ctx: LessonContext) -> LessonResult:
     tok = ctx.rt.tokenizer
     labels = tuple(repr(tok.token_text(t)) for t in top)
     xs = list(range(len(top)))
-    p1 = Panel("per drafted row: p(x), q(x) and min(1, p/q)", "drafted row (in order)", "probability",
-               (series("p(x): target, T 0.7", [i - 0.25 for i in range(len(rows))], [r["p"] for r in rows],
+    shown = rows[:SHOWN_ROWS]
+    p1 = Panel(f"the first {len(shown)} drafted rows: p(x), q(x) and min(1, p/q)", "drafted row (in order)",
+               "probability",
+               (series("p(x): target, T 0.7", [i - 0.25 for i in range(len(shown))], [r["p"] for r in shown],
                        style="bars", color="card"),
-                series("q(x): the early exit", [i for i in range(len(rows))], [r["q"] for r in rows],
+                series("q(x): the early exit", [i for i in range(len(shown))], [r["q"] for r in shown],
                        style="bars", color="reference"),
-                series("accept probability min(1, p/q)", [i + 0.25 for i in range(len(rows))],
-                       [r["accept"] for r in rows], style="bars", color="good",
-                       labels=tuple(repr(r["text"]) for r in rows))),
-               y_range=(0.0, 1.05))
+                series("accept probability min(1, p/q)", [i + 0.25 for i in range(len(shown))],
+                       [r["accept"] for r in shown], style="bars", color="good",
+                       labels=tuple(repr(r["text"]) for r in shown))),
+               y_range=(0.0, 1.4))        # room above the bars for the legend
     p2 = Panel(f"first emitted token, {n:,} replays of window {best['window']}",
                "token (the target's top by p)", "share of windows",
                (series("p: the target", [x - 0.27 for x in xs], [float(p0[t]) for t in top], style="bars",
                        color="card", labels=labels),
-                series(f"rejection sampling (χ² p = {pv(pv_r)})", xs, [float(emp_r[t]) for t in top],
+                series(f"rejection sampling (χ² p {pv(pv_r)})", xs, [float(emp_r[t]) for t in top],
                        style="bars", color="good"),
-                series(f"control, residual := p (χ² p = {pv(pv_c)})", [x + 0.27 for x in xs],
+                series(f"control, residual := p (χ² p {pv(pv_c)})", [x + 0.27 for x in xs],
                        [float(emp_c[t]) for t in top], style="bars", color="bad")),
                x_ticks=tuple((float(x), lab) for x, lab in zip(xs, labels)))
-    acc = sum(r["accepted"] for r in rows) / len(rows) if rows else 0.0
+    n_acc = sum(r["accepted"] for r in rows)
+    acc = n_acc / len(rows) if rows else 0.0
     distorted = pv_c < 1e-3 and tv_c > tv_r
     comps = (
         Comparison("trials per case", S.REJECTION_TRIALS, n, "windows"),
         Comparison("rejection sampling: emitted tokens follow p", None, pv_r, "χ² p-value",
-                   write_up_text="yes", here_text=f"χ² p = {pv(pv_r)}, total variation {tv_r:.4f}"),
+                   write_up_text="yes", here_text=f"χ² p {pv(pv_r)}, total variation {tv_r:.4f}"),
         Comparison("control (residual := p) fails", None, pv_c, "χ² p-value",
                    write_up_text="in every control case",
-                   here_text=f"{'yes' if distorted else 'NO'}: χ² p = {pv(pv_c)}, total variation {tv_c:.4f}"),
+                   here_text=f"{'yes' if distorted else 'NO'}: χ² p {pv(pv_c)}, total variation {tv_c:.4f}"),
         Comparison("draft tokens accepted (early exit, T 0.7)", None, acc, "",
-                   here_text=f"{fmt(acc)} of {len(rows)} rows (layer {exit_layer} of {n_layers})"),
+                   here_text=f"{n_acc} of {len(rows)} drafted rows ({acc:.0%}; the first {exit_layer} of {n_layers} layers)"),
     )
     why = (f"The write-up's test drew its cases from distributions of its own; here p and q come from "
            f"one real window of {ctx.model} (the one where the control is most biased: the draft is "

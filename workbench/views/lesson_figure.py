@@ -112,7 +112,8 @@ def _bar_width(panel: Panel) -> float:
 
 
 def draw_panel(plot, panel: Panel) -> None:
-    theme.style_plot(plot, panel.title, left=panel.y_label, bottom=panel.x_label)
+    theme.style_plot(plot, html.escape(panel.title), left=html.escape(panel.y_label),
+                     bottom=html.escape(panel.x_label))
     plot.hideButtons()
     plot.setMenuEnabled(False)
     legend = plot.addLegend(offset=(8, 6), labelTextColor=theme.TEXT, labelTextSize="8pt",
@@ -128,7 +129,7 @@ def draw_panel(plot, panel: Panel) -> None:
                 {"color": color(m.color), "position": 0.97, "anchors": [(1, 1), (1, 1)]})
         line = pg.InfiniteLine(pos=at, angle=90 if m.axis == "x" else 0,
                                pen=pg.mkPen(color(m.color), width=1.2, style=Qt.PenStyle.DashLine),
-                               label=m.label, labelOpts=opts)
+                               label=m.label, labelOpts=opts)      # plain text, not rich
         plot.addItem(line)
     for side in ("left", "bottom"):
         plot.getAxis(side).enableAutoSIPrefix(False)
@@ -173,22 +174,23 @@ def _draw_series(plot, panel: Panel, s: Series, width: float) -> None:
     if not s.x:
         return
     c = color(s.color)
+    name = html.escape(s.name)          # legend labels are rich text: '<' would cut them short
     x = _x(panel, s.x)
     y = np.asarray(s.y, dtype=float)
     if panel.log_y:
         y = np.log10(np.where(y > 0, y, np.nan))
     if s.style == "bars":
         item = pg.BarGraphItem(x=x, height=y, width=width, brush=pg.mkBrush(c + "d0"), pen=pg.mkPen(c),
-                               name=s.name)
+                               name=name)
         plot.addItem(item)
     elif s.style == "points":
         item = pg.ScatterPlotItem(x, y, size=9, brush=pg.mkBrush(c + "e0"), pen=pg.mkPen(theme.PANEL, width=0.8),
-                                  name=s.name)
+                                  name=name)
         plot.addItem(item)
     else:
         pen = pg.mkPen(c, width=2.2, style=Qt.PenStyle.DashLine if s.dashed else Qt.PenStyle.SolidLine)
         kw = {"symbol": "o", "symbolSize": 6, "symbolBrush": c, "symbolPen": None} if s.style == "linepoints" else {}
-        plot.plot(x, y, pen=pen, name=s.name, **kw)
+        plot.plot(x, y, pen=pen, name=name, **kw)
     labelled = [(xi, yi, t) for xi, yi, t in zip(x, y, s.labels) if t] if s.labels else []
     for xi, yi, t in labelled[:MAX_POINT_LABELS]:
         text = pg.TextItem(t, color=c, anchor=(0.5, 1.15) if s.style == "bars" else (0, 1.1))
