@@ -1,4 +1,5 @@
-"""`specscope` command line: the workbench (no subcommand), generate, roofline, bench, sweep, export.
+"""`specscope` command line: the workbench (no subcommand), generate, roofline, bench, sweep, export,
+lesson.
 
 Errors a user can fix (engine.errors.SpecscopeError) print one line and exit 2, no traceback.
 """
@@ -13,6 +14,7 @@ from typing import Sequence
 from engine.errors import SpecscopeError
 from engine.speculation.settings import DRAFTERS, MATCH_RULES, USER_DEFAULTS, DecodeSettings
 from specscope.bench import add_bench_args
+from specscope.lesson_cmd import add_lesson_args, run_lesson_cmd
 from specscope.progress import Progress
 from specscope.roofline import add_roofline_args, run_roofline
 from specscope.roofline_llamacpp import add_llamacpp_args
@@ -229,6 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export", help="a sweep's best (or chosen) cell for us, llama.cpp or vLLM")
     add_export_args(ex)
     ex.set_defaults(func=cmd_export)
+    le = sub.add_parser("lesson", help="reproduce a write-up's figure on this card: NAME.png, .csv, .md")
+    add_model_args(le, top=False)
+    add_lesson_args(le)
+    le.set_defaults(func=run_lesson_cmd)
     return p
 
 

@@ -62,6 +62,31 @@ def code_edit_prompts():
     return code_edit_rows()
 
 
+LESSON_TIMES: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def lesson_result(cpu_runtime, tmp_path_factory):
+    """lesson_result(name) -> (LessonResult, folder with NAME.csv and NAME.md): each lesson run
+    once per session on the bundled model under the quick (test) budget."""
+    import time
+
+    from engine.lessons.runner import run_lesson, save_lesson
+    from engine.lessons.runs import Budget
+    out = tmp_path_factory.mktemp("lessons")
+    done: dict = {}
+
+    def get(name: str):
+        if name not in done:
+            t0 = time.perf_counter()
+            result = run_lesson(name, cpu_runtime, Budget.quick_budget())
+            LESSON_TIMES[name] = time.perf_counter() - t0
+            save_lesson(result, out)
+            done[name] = (result, out)
+        return done[name]
+    return get
+
+
 def pytest_configure(config):
     # One intra-op thread: on a 2-core machine that is also running anything else, torch's
     # thread pool waits on a descheduled thread at every barrier (5-10x slower decoding seen

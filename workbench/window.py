@@ -22,6 +22,7 @@ from engine.speculation.settings import USER_DEFAULTS, DecodeSettings
 from workbench import chrome, dialogs, engine_api
 from workbench.controls import ControlsPanel
 from workbench.frames import FramePacer
+from workbench.lessons_dock import Lessons
 from workbench.pyside_fix import guard_singletons
 from workbench.race_dock import RaceDock
 from workbench.recording import load_recording, save_recording
@@ -76,6 +77,9 @@ class MainWindow(QMainWindow):
         self.acts = chrome.build_actions(self)
         chrome.build_toolbars(self, self.acts, self.timeline, self.banner)
         chrome.build_menus(self, self.acts, self.docks)
+        self.lessons = Lessons(self, self._job_context, self._free_model,
+                               lambda m: self.show_error(m, "Lesson"), beside=self.docks["stats"])
+        self.lessons.add_menu(self.menuBar())
         self.status = chrome.StatusLine(self)
         self._connect()
         self.controls.set_settings(settings or USER_DEFAULTS)
@@ -436,6 +440,7 @@ class MainWindow(QMainWindow):
         self._timer.stop()
         self.sweep.shutdown()
         self.race.shutdown()
+        self.lessons.shutdown()
         if not self.worker.shutdown(2000):
             self.worker.wait(3000)
         release_finished_threads()       # garbage collection is automatic again once they ended

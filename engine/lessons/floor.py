@@ -1,0 +1,98 @@
+"""The `ar-floor` lesson (seed 002 § 07): time one plain step, probe up to three windows, and
+retire to plain decoding when none was strictly cheaper per emitted token."""
+
+from __future__ import annotations
+
+from engine.lessons import seeds as S
+from engine.lessons.figure import Comparison, LessonResult, Mark, Panel, fmt, series
+from engine.lessons.runs import LessonContext, decode, workload_ids
+from engine.speculation.settings import DecodeSettings
+
+# low-acceptance prose: Spec-Bench's open-ended writing, drafted by a fixed tree (depth 8 x 3:
+# 25 rows a probe), so that the floor has something to refuse on a card where rows cost
+FLOOR_WORKLOAD = "specbench:writing"
+TREE = DecodeSettings(draft="tree", depth=8, width=3)
+
+
+def window_kind(reason: str, state_before: str, drafted: bool) -> str:
+    """What a window was to the floor, from its plan's reason and the floor's state before it."""
+    if not drafted:
+        if reason.startswith("AR floor: timing"):
+            return "plain step (timing)"
+        return "plain step (retired)" if reason.startswith("AR floor: retired") else "plain step (no n-gram match)"
+    return "probe window" if state_before == "probing" else "speculating"
+
+
+def ar_floor(ctx: LessonContext) -> LessonResult:
+    pid, ids = workload_ids(ctx, FLOOR_WORKLOAD)[0]
+    n = ctx.budget.new_tokens
+    base = TREE.to_dict() | {"max_new_tokens": n}
+    on = decode(ctx, ids, DecodeSettings.from_dict(base | {"ar_floor": True}), label="AR floor on",
+                span=(0.0, 0.4))
+    off = decode(ctx, ids, DecodeSettings.from_dict(base | {"ar_floor": False}), label="AR floor off",
+                 span=(0.4, 0.7))
+    ar = decode(ctx, ids, DecodeSettings.from_dict(base | {"draft": "none"}), label="plain AR",
+                span=(0.7, 1.0))
+    kinds: dict[str, tuple[list[int], list[float], list[str]]] = {}
+    state = "probing"
+    steps = []
+    for ev, (after, reason) in zip(on.events, on.floor):
+        kind = window_kind(ev.reason, state, bool(ev.tokens))
+        ms_tok = ev.window_ms / len(ev.emitted)
+        xs, ys, labels = kinds.setdefault(kind, ([], [], []))
+        xs.append(ev.index)
+        ys.append(ms_tok)
+        labels.append("timed" if kind == "plain step (timing)" else
+                      f"probe {len([s for s in steps if s['kind'] == 'probe window']) + 1}"
+                      + (f": {after}" if after != state else "") if kind == "probe window" else "")
+        steps.append({"window": ev.index, "kind": kind, "rows": 1 + len(ev.tokens), "tokens": len(ev.emitted),
+                      "window_ms": ev.window_ms, "ms_per_token": ms_tok, "state": after, "reason": reason})
+        state = after
+    colors = {"plain step (timing)": "card", "probe window": "warn", "speculating": "good",
+              "plain step (retired)": "neutral", "plain step (no n-gram match)": "info"}
+    p1 = Panel("the floor's decision, window by window", "window", "ms per emitted token",
+               tuple(series(k, xs, ys, style="points", color=colors[k], labels=tuple(lb))
+                     for k, (xs, ys, lb) in kinds.items()),
+               (Mark("y", on.ar_ms, f"the timed plain step: {fmt(on.ar_ms)} ms", "card"),)
+               if on.ar_ms else ())
+    runs = (("AR floor on", on), ("AR floor off (always the tree)", off), ("plain AR", ar))
+    p2 = Panel("tokens per second kept", "", "tok/s",
+               (series("tok/s", range(3), [r.report["tok_s"] for _, r in runs], style="bars",
+                       labels=tuple(f"{fmt(r.report['tok_s'])} tok/s" for _, r in runs)),),
+               x_ticks=tuple((float(i), name) for i, (name, _) in enumerate(runs)))
+    final = on.floor[-1][0] if on.floor else "off"
+    decided = next((s for s in steps if s["state"] != "probing"), None)
+    comps = (
+        Comparison("plain steps timed first", 1, sum(s["kind"] == "plain step (timing)" for s in steps), "",
+                   write_up_text="one ordinary AR token, timed"),
+        Comparison("probe windows before deciding", S.FLOOR_MAX_PROBES, len(on.probes), "",
+                   write_up_text="up to three, each timed"),
+        Comparison("decision", None, None, write_up_text="nothing strictly cheaper → retire",
+                   here_text=f"{final}" + (f" after window {decided['window']}: {decided['reason']}" if decided else "")),
+        Comparison("tok/s: floor on / always speculating / plain AR", None, on.report["tok_s"], "tok/s",
+                   write_up_text=(f"Halo AR {S.HALO_AR_TOK_S} vs MTP {S.HALO_MTP_TOK_S}; R9700 AR "
+                                  f"{S.R9700_AR_TOK_S} vs MTP {S.R9700_MTP_TOK_S}"),
+                   here_text=" / ".join(fmt(r.report["tok_s"]) for _, r in runs)),
+    )
+    if final == "retired":
+        why = (f"On this card a {1 + TREE.depth * TREE.width}-row tree pass costs more than the few tokens "
+               f"this prose lets it emit, so the floor retires as the write-up's would on a card where rows "
+               f"are dear; the write-up reports the tok/s of an MTP head that pays on both its cards, which "
+               "is the other branch of the same rule.")
+    else:
+        why = ("On this card a probe window emitted its tokens faster than the timed plain step, so the "
+               "floor keeps speculating; whether it retires depends on how dear rows are here (see the "
+               "`row-cost` lesson) and how little the prose repeats, not on the rule, which is the write-up's.")
+    caption = (f"A low-acceptance prose prompt (Spec-Bench {pid}) with a fixed token tree (depth 8 x 3): "
+               "left, each window's ms per emitted token as the AR floor times one plain step, probes "
+               "up to three windows and decides; right, tok/s with the floor, always speculating, and "
+               "plain decoding.")
+    return LessonResult(
+        name="ar-floor", title="the AR floor: measure instead of guessing",
+        claim=("time one AR token, probe up to three speculative windows, compare their cost per emitted "
+               "token with the AR time, and retire to plain decoding when nothing is strictly cheaper; "
+               "the floor bounds the probing, not the request."),
+        source=S.SEED_002 + ", § 07", caption=caption, panels=(p1, p2), comparisons=comps, why=why,
+        device=ctx.device, model=ctx.model, budget=ctx.budget.label,
+        settings={"prompt": pid, "drafter": "tree 8 x 3 (fixed)", "new tokens": n, "temperature": 0},
+        data={"on": on, "off": off, "ar": ar, "steps": steps})

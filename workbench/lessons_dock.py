@@ -1,0 +1,188 @@
+"""The Lessons menu and a dock per lesson: run it on the attached card (progress, cancel), show
+its figure with the write-up's numbers beside this card's, save NAME.png / .csv / .md.
+
+A lesson runs on a JobWorker (workbench.jobs) under the lock a live run holds, so the window
+stops its live run first, as for a sweep. The measuring is engine code (engine.lessons); the
+figure is drawn here, on the main thread, and saved from the widget that shows it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QCheckBox, QDockWidget, QLabel, QMainWindow, QProgressBar, QPushButton, QWidget
+
+from engine.lessons import NAMES
+
+from workbench.jobs import JobWorker
+from workbench.views.lesson_figure import LessonFigure, render_png
+from workbench.widgets import column, row
+
+TITLES = {"knee": "Knee: a verify pass costs one decode step up to the knee (seed 000)",
+          "budget": "Budget: linear d8, linear d24 or a tree in one pass (seed 000)",
+          "acceptance": "Acceptance: tokens per pass against α and γ (seed 001)",
+          "row-cost": "Row cost: a + b·rows, break-even, the depth it buys (seed 002)",
+          "penalties": "Penalties on every verify row (seed 002)",
+          "rejection": "Rejection sampling and its failing control (seed 002)",
+          "ar-floor": "The AR floor's decision (seed 002)"}
+
+
+def default_folder() -> Path:
+    from engine.cost.probe import cache_dir
+    return cache_dir().parent / "lessons"
+
+
+def lesson_job(name: str, quick: bool):
+    """The job the thread runs: engine code only; a cancelled lesson returns None."""
+    def run(rt, stop, emit, progress):
+        from engine.lessons.runner import run_lesson
+        from engine.lessons.runs import Budget, LessonCancelled
+        try:
+            return run_lesson(name, rt, Budget.quick_budget() if quick else Budget(), stop, progress)
+        except LessonCancelled:
+            return None
+    return run
+
+
+class LessonView(QWidget):
+    """One lesson: Run / Cancel, progress, the figure, where its files went."""
+
+    finished = Signal(object)            # the LessonResult, or None when cancelled
+    error = Signal(str)
+
+    def __init__(self, name: str, context: Callable[[], tuple[Any, Any]],
+                 before_job: Callable[[], None], folder: Path | None = None, parent=None):
+        super().__init__(parent)
+        self.name, self.context, self.before_job = name, context, before_job
+        self.folder = folder or default_folder()
+        self.worker = JobWorker(self)
+        self.job_id = 0
+        self.running = False
+        self.result = None
+        self.saved: list[Path] = []
+        self.run_button = QPushButton("Run on this card")
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.quick = QCheckBox("quick")
+        self.quick.setToolTip("the test budget: one short prompt, a few tokens, a short probe")
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setFormat("not run yet")
+        self.status = QLabel(f"saves {name}.png, {name}.csv and {name}.md in {self.folder}")
+        self.status.setObjectName("muted")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.figure = LessonFigure()
+        column(self, row(self.run_button, self.cancel_button, self.quick, (self.bar, 1)), self.status,
+               (self.figure, 1))
+        self.worker.done.connect(self._on_done)
+        self.worker.failed.connect(self._on_failed)
+        self.worker.progress.connect(self._on_progress)
+        self._enable()
+
+    def start(self) -> bool:
+        if self.running:
+            return False
+        self.before_job()
+        self.worker.wait()
+        spec, _profile = self.context()
+        self.job_id += 1
+        self.running = True
+        self.bar.setValue(0)
+        self.bar.setFormat("starting…")
+        self.worker.start_job(self.job_id, spec, lesson_job(self.name, self.quick.isChecked()))
+        self._enable()
+        return True
+
+    def cancel(self) -> None:
+        if self.running:
+            self.worker.cancel()
+            self.bar.setFormat("cancelling…")
+
+    def _on_progress(self, job_id: int, stage: str, frac: float) -> None:
+        if job_id == self.job_id:
+            self.bar.setValue(int(1000 * frac))
+            self.bar.setFormat(f"{stage[:80]}  %p%")
+
+    def _on_done(self, job_id: int, result) -> None:
+        if job_id != self.job_id:
+            return
+        self.running = False
+        if result is None:
+            self.bar.setFormat("cancelled: nothing saved")
+        else:
+            self.result = result
+            self.figure.set_result(result)
+            try:
+                self.saved = [*result.save_text(self.folder),
+                              render_png(result, self.folder / f"{self.name}.png")]
+                self.status.setText("saved " + ", ".join(str(p) for p in self.saved))
+            except OSError as e:
+                self.error.emit(f"could not save the lesson in {self.folder}: {e}")
+            self.bar.setValue(1000)
+            self.bar.setFormat("done")
+        self._enable()
+        self.finished.emit(result)
+
+    def _on_failed(self, job_id: int, message: str, kind: str) -> None:
+        if job_id != self.job_id:
+            return
+        self.running = False
+        self.bar.setFormat("failed")
+        self.error.emit(message)
+        self._enable()
+        self.finished.emit(None)
+
+    def _enable(self) -> None:
+        self.run_button.setEnabled(not self.running)
+        self.cancel_button.setEnabled(self.running)
+        self.quick.setEnabled(not self.running)
+
+    def shutdown(self, timeout_ms: int = 3000) -> None:
+        self.worker.cancel()
+        self.worker.wait(timeout_ms)
+
+
+class Lessons:
+    """The Lessons menu of a MainWindow and the lesson docks it opens (made on first use,
+    tabbed behind the stats)."""
+
+    def __init__(self, win: QMainWindow, context, before_job, show_error: Callable[[str], None],
+                 beside: QDockWidget | None = None):
+        self.win, self.context, self.before_job, self.show_error = win, context, before_job, show_error
+        self.beside = beside
+        self.views: dict[str, LessonView] = {}
+        self.docks: dict[str, QDockWidget] = {}
+        self.actions = {}
+
+    def add_menu(self, menubar) -> None:
+        m = menubar.addMenu("&Lessons")
+        for name in NAMES:
+            self.actions[name] = m.addAction(TITLES[name], lambda n=name: self.open(n, run=True))
+
+    def open(self, name: str, run: bool = False, quick: bool = False) -> LessonView:
+        """Show lesson `name`'s dock (made on first use); `run`: start measuring."""
+        view = self.views.get(name)
+        if view is None:
+            view = LessonView(name, self.context, self.before_job)
+            view.error.connect(lambda m: self.show_error(m))
+            dock = QDockWidget(f"Lesson: {name}", self.win)
+            dock.setObjectName(f"lesson-{name}")
+            dock.setWidget(view)
+            self.win.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+            if self.beside is not None:
+                self.win.tabifyDockWidget(self.beside, dock)
+            self.views[name], self.docks[name] = view, dock
+        view.quick.setChecked(view.quick.isChecked() or quick)
+        self.docks[name].show()
+        self.docks[name].raise_()
+        if run:
+            view.start()
+        return view
+
+    def shutdown(self) -> None:
+        for v in self.views.values():
+            v.shutdown()
