@@ -9,8 +9,10 @@ launches a pass and device time. Two extra views:
   only (the runtime's own objects are wrapped and restored; nothing in the engine changes), so
   a kernel is attributed to the region that launched it, and a linear region's bytes are its
   weights' bytes (packed bytes for packed weights): achieved bandwidth per region.
-* launches per layer: passes through the first L/2 layers only (`exit_layer`) are profiled too;
-  (full - half) / (L - L/2) is exactly what one layer launches, whatever the forward looks like.
+* launches per layer: passes through the first layer only (`exit_layer` 1) are profiled too;
+  (full - first) / (L - 1) is what a layer launches, on average over layers 2..L, whatever the
+  forward looks like (a Q4_K_M file's layers differ: some hold Q6_K, whose kernels may split K
+  differently, so a kernel's count a layer can be fractional).
 
 The graph-replayed pass is profiled as well; where the profiler sees kernels inside graph
 replays (CUPTI does on recent CUDA) its table is kept too, else only its wall time.
@@ -163,7 +165,7 @@ def _tally(events: list[tuple[str, str, float]], passes: int) -> dict:
 def profile_pass(rt, rows: int = 1, context: int = 1000, passes: int = 5, warmup: int = 3) -> dict:
     """The per-kernel table of an eager verify pass of `rows` rows at `context` (see module doc)."""
     n_layers = rt.config.n_layers
-    half = n_layers // 2
+    first = 1 if n_layers > 1 else None     # the pass that stops after the first layer
     if context + rows + 64 > rt.cache.capacity:
         rt.start(context + rows, spare=64)
     graphs_were = rt.use_graphs
@@ -177,7 +179,7 @@ def profile_pass(rt, rows: int = 1, context: int = 1000, passes: int = 5, warmup
     try:
         rt.use_graphs = False
         with torch.inference_mode(), regions(rt) as region_bytes:
-            for ex in (None, half):
+            for ex in (None, first):
                 for _ in range(warmup):
                     one(ex)
             synchronize(rt.device)
@@ -187,12 +189,12 @@ def profile_pass(rt, rows: int = 1, context: int = 1000, passes: int = 5, warmup
             synchronize(rt.device)
             out["eager_pass_ms"] = (time.perf_counter() - t0) * 1e3 / passes
             full, kind = kernel_events(_profiled(one, passes, rt.device))
-            part, _ = kernel_events(_profiled(lambda: one(half), passes, rt.device))
+            part = kernel_events(_profiled(lambda: one(first), passes, rt.device))[0] if first else []
     finally:
         rt.use_graphs = graphs_were
     out["kind"] = kind
     tf, th = _tally(full, passes), _tally(part, passes)
-    per_layer = n_layers - half
+    per_layer = n_layers - 1 if first else 1
     names: dict[str, list[float]] = {}
     table = []
     for (name, region), (n, us) in sorted(tf.items(), key=lambda kv: -kv[1][1]):
