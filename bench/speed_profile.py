@@ -1,8 +1,9 @@
 """Where one verify pass's time goes, kernel by kernel (bench/gpu_speed.py `kernels`).
 
-torch.profiler (CUDA and ROCm alike; on a CPU its CPU ops stand in for kernels) records eager
-passes of R rows at a fixed context, after warm-up, with graphs off: each kernel's name,
-launches a pass and device time. Two extra views:
+torch.profiler (CUDA and ROCm alike; on a CPU its CPU ops stand in for kernels) records passes
+of R rows at a fixed context, after warm-up, each the body of the runtime's captured graph run
+eagerly (the graph bucket's own closure: the ops the graph replays, launched one by one, so the
+profiler sees who launched what): each kernel's name, launches a pass and device time. Views:
 
 * regions: each linear layer (qkv, o, gate_up, down, lm_head), the attention, RMSNorm, RoPE and
   the KV-cache write are wrapped in `torch.profiler.record_function` for the profiled passes
@@ -14,8 +15,8 @@ launches a pass and device time. Two extra views:
   forward looks like (a Q4_K_M file's layers differ: some hold Q6_K, whose kernels may split K
   differently, so a kernel's count a layer can be fractional).
 
-The graph-replayed pass is profiled as well; where the profiler sees kernels inside graph
-replays (CUPTI does on recent CUDA) its table is kept too, else only its wall time.
+The graph-replayed pass is profiled as well: its wall time, and where the profiler sees kernels
+inside graph replays (CUPTI does on recent CUDA), their count and device time by kernel name.
 """
 
 from __future__ import annotations
@@ -162,23 +163,41 @@ def _tally(events: list[tuple[str, str, float]], passes: int) -> dict:
     return out
 
 
-def profile_pass(rt, rows: int = 1, context: int = 1000, passes: int = 5, warmup: int = 3) -> dict:
-    """The per-kernel table of an eager verify pass of `rows` rows at `context` (see module doc)."""
+def eager_body(rt, rows: int, exit_layer: int | None = None) -> None:
+    """Run the body of the runtime's captured pass of `rows` rows eagerly, at the cache's
+    committed length: the same ops, in the same order, that the graph replays (the graph
+    bucket's own closure; its captured outputs are put back afterwards)."""
+    g = rt._bucket(rows, exit_layer)
+    saved = {k: getattr(g, k) for k in ("graph", "logits", "top_values", "top_ids") if hasattr(g, k)}
+    g.graph = None                   # replay() then runs the closure instead of the graph
+    try:
+        g.replay([1] * rows, *chain(rows), rt.cache.length)
+    finally:
+        for k, v in saved.items():
+            setattr(g, k, v)
+
+
+def profile_pass(rt, rows: int = 1, context: int = 1000, passes: int = 5, warmup: int = 3,
+                 named_regions: bool = True) -> dict:
+    """The per-kernel table of a verify pass of `rows` rows at `context`, its graph's body run
+    eagerly (see module doc). `named_regions` False: no wrapping (a torch.compile'd forward
+    would recompile around the wrappers; it is never wrapped)."""
     n_layers = rt.config.n_layers
     first = 1 if n_layers > 1 else None     # the pass that stops after the first layer
-    if context + rows + 64 > rt.cache.capacity:
-        rt.start(context + rows, spare=64)
-    graphs_were = rt.use_graphs
+    if context + 64 > rt.cache.capacity:
+        rt.start(context + 64)
 
     def one(exit_layer=None):
         with rt.cache.at_length(context):
-            rt.verify([1] * rows, *chain(rows), need_logits=False, exit_layer=exit_layer)
+            eager_body(rt, rows, exit_layer)
 
+    named_regions = named_regions and not getattr(rt, "compiled", False)
     out: dict = {"rows": rows, "context": context, "passes": passes, "n_layers": n_layers,
-                 "device": rt.device_name, "weights": rt.weights_label}
-    try:
-        rt.use_graphs = False
-        with torch.inference_mode(), regions(rt) as region_bytes:
+                 "device": rt.device_name, "weights": rt.weights_label, "named_regions": named_regions}
+    with torch.inference_mode():
+        for ex in (None, first):             # capture both graphs first (outside the ranges)
+            rt._bucket(rows, ex)
+        with regions(rt) if named_regions else contextlib.nullcontext({}) as region_bytes:
             for ex in (None, first):
                 for _ in range(warmup):
                     one(ex)
@@ -190,8 +209,6 @@ def profile_pass(rt, rows: int = 1, context: int = 1000, passes: int = 5, warmup
             out["eager_pass_ms"] = (time.perf_counter() - t0) * 1e3 / passes
             full, kind = kernel_events(_profiled(one, passes, rt.device))
             part = kernel_events(_profiled(lambda: one(first), passes, rt.device))[0] if first else []
-    finally:
-        rt.use_graphs = graphs_were
     out["kind"] = kind
     tf, th = _tally(full, passes), _tally(part, passes)
     per_layer = n_layers - 1 if first else 1
@@ -243,11 +260,17 @@ def profile_graph_pass(rt, rows: int = 1, context: int = 1000, passes: int = 20)
         wall = statistics.median(rt.time_verify_pass(rows, context) for _ in range(passes))
         prof = _profiled(lambda: rt.time_verify_pass(rows, context), 5, rt.device)
     evs, kind = kernel_events(prof)
-    evs = [e for e in evs if kind == "device"]
-    kern = [e for e in evs if not e[0].lower().startswith(("memcpy", "memset"))]
+    kern = [e for e in evs if kind == "device" and not e[0].lower().startswith(("memcpy", "memset"))]
+    names: dict[str, list[float]] = {}
+    for name, _, us in kern:
+        row = names.setdefault(name, [0.0, 0.0])
+        row[0] += 1 / 5
+        row[1] += us / 5
     return {"rows": rows, "context": context, "wall_ms": wall,
             "kernels_seen": len(kern) / 5, "kernel_us_per_pass": sum(e[2] for e in kern) / 5,
-            "note": "" if kern else "the profiler saw no kernels inside graph replays"}
+            "by_kernel": [{"kernel": k, "launches": v[0], "us": v[1]}
+                          for k, v in sorted(names.items(), key=lambda kv: -kv[1][1])],
+            "note": "" if kern else "(the profiler saw no kernels inside graph replays)"}
 
 
 def _short(name: str, width: int = 58) -> str:
