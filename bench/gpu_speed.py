@@ -245,8 +245,10 @@ def cmd_all(a) -> int:
             lc = lcs.find_llama_bench(a.llama_bin)
         except lcs.LlamaBenchError as e:
             log(f"llama.cpp skipped: {e}")
+    mm = None
     if a.matmul:
-        write(out, "matmul.json", part_matmul(a))
+        mm = part_matmul(a)
+        write(out, "matmul.json", mm)
     rt = open_rt(a)
     facts = model_facts(rt)
     res: dict = {"tag": a.tag, "facts": facts, "args": vars(a)}
@@ -258,6 +260,7 @@ def cmd_all(a) -> int:
         res["roofline"] = roofline_result([rd], facts)
         print(format_roofline(a.tag, res["roofline"]), flush=True)
         write(out, f"all_{a.tag}.json", res)
+        print(quick_line(res, mm), flush=True)
         return 0
     long_ids = prompt_ids(rt.tokenizer, a.prompt_depth)
     pre_ids = prompt_ids(rt.tokenizer, a.prefill)
@@ -312,6 +315,23 @@ def cmd_all(a) -> int:
         res["exact"] = part_exact(a)
         write(out, f"exact_summary_{a.tag}.json", res["exact"])
     return 0
+
+
+def quick_line(res: dict, mm: dict | None) -> str:
+    """One line for the kernel loop: the figures the issue's goals are about."""
+    r = res["roofline"]
+    ms = r["ms_by_rows"]
+    parts = [f"1 row {ms[1]:.3f} ms = {r['one_row_over_floor']:.2f}x floor"]
+    if 16 in ms:
+        parts.append(f"16 rows {ms[16]:.3f} ms = {ms[16] / ms[1]:.2f}x")
+    k = (res.get("kernels") or {}).get("passes", {}).get(1)
+    if k:
+        parts.append(f"launches {k['launches_per_layer']:.1f}/layer")
+    for name, s in ((mm or {}).get("shapes") or {}).items():
+        if "pct_peak" in s:
+            inv = "" if s.get("row_invariant", True) else " NOT ROW-INVARIANT"
+            parts.append(f"{name} {s['pct_peak'][min(s['pct_peak'])]:.0f}%{inv}")
+    return "QUICK " + res["tag"] + ": " + "; ".join(parts)
 
 
 def cmd_part(a) -> int:

@@ -123,7 +123,7 @@ def _region_of(evt, frontend: dict, launches: dict) -> str:
     shares the kernel's correlation id (Triton kernels are launched from Python, not by an op)."""
     if evt.device_type == DeviceType.CPU:
         return _walk(evt.cpu_parent) or "other"
-    return (_walk(frontend.get(evt.linked_correlation_id))
+    return (_walk(frontend.get(getattr(evt, "linked_correlation_id", -1)))
             or _walk(launches.get(evt.id)) or "other")
 
 
@@ -131,15 +131,15 @@ def kernel_events(prof) -> tuple[list[tuple[str, str, float]], str]:
     """[(kernel name, region, µs)] of every kernel the profiler saw, and which kind they are
     ("device": GPU kernels and copies; "cpu": CPU ops and their self time, without a GPU)."""
     evs = list(prof.events())
-    dev = [e for e in evs if e.device_type != DeviceType.CPU and not e.is_user_annotation
+    dev = [e for e in evs if e.device_type != DeviceType.CPU and not getattr(e, "is_user_annotation", False)
            and not e.name.startswith(PREFIX)]
     cpu = [e for e in evs if e.device_type == DeviceType.CPU]
     if dev:
-        frontend = {e.id: e for e in cpu if e.linked_correlation_id == 0}
+        frontend = {e.id: e for e in cpu if getattr(e, "linked_correlation_id", 0) == 0}
         launches = {e.id: e for e in cpu if "launch" in e.name.lower()}
         return [(e.name, _region_of(e, frontend, launches), e.time_range.elapsed_us()) for e in dev], "device"
     # no device: every CPU op with its self time (its own, children excluded)
-    ops = [e for e in cpu if not e.name.startswith(PREFIX) and not e.is_user_annotation]
+    ops = [e for e in cpu if not e.name.startswith(PREFIX) and not getattr(e, "is_user_annotation", False)]
     return [(e.name, _region_of(e, {}, {}), e.self_cpu_time_total) for e in ops], "cpu"
 
 
