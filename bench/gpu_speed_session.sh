@@ -163,6 +163,7 @@ elif [ $BUNDLED = 1 ]; then
   echo "!! no bundled model at $MB (../shared/tools/split-model-for-device; carry .device_model/a in call 1, .device_model/b in call 2)"
 fi
 step summary
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>/dev/null
 python3 bench/gpu_speed.py summary --out $R
 for f in $R/llamabench_8b_rows_tg_0.json $R/llamabench_8b_rows_tg.json; do [ -f $f ] && cp $f $OUT/ && break; done
 pack

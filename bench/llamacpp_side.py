@@ -84,7 +84,7 @@ def summarize(tests: list[dict]) -> dict:
     rows_ms {k: ms}   a pass of k rows (tests with n_prompt k, n_gen 0, at the deepest depth seen
                       for that k): the median of the samples
     tg                {n_gen, depth, tok_s, ms_per_token, samples}: the median sample
-    pp                {n_prompt, depth, tok_s}: the 512-token test at depth 0 (else the largest)
+    pp                {n_prompt, depth, tok_s}: the longest prompt test at depth 0 (pp512)
     Samples of the same test in several runs are pooled before the median.
     """
     pooled: dict[tuple[int, int, int], list[float]] = {}
@@ -111,12 +111,12 @@ def summarize(tests: list[dict]) -> dict:
         med = statistics.median(pooled[(0, g, d)])
         out["tg"] = {"n_gen": g, "depth": d, "tok_s": g / (med / 1e9), "ms_per_token": med / 1e6 / g,
                      "samples": len(pooled[(0, g, d)])}
-    pps = [(p, d) for (p, g, d) in pooled if g == 0 and p >= 256]
+    pps = [p for (p, g, d) in pooled if g == 0 and d == 0 and p > 0]
     if pps:
-        p, d = min(pps, key=lambda pd: (pd[1], abs(pd[0] - PP)))
-        med = statistics.median(pooled[(p, 0, d)])
-        out["pp"] = {"n_prompt": p, "depth": d, "tok_s": p / (med / 1e9), "ms": med / 1e6,
-                     "samples": len(pooled[(p, 0, d)])}
+        p = max(pps)
+        med = statistics.median(pooled[(p, 0, 0)])
+        out["pp"] = {"n_prompt": p, "depth": 0, "tok_s": p / (med / 1e9), "ms": med / 1e6,
+                     "samples": len(pooled[(p, 0, 0)])}
     return out
 
 
