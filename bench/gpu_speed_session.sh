@@ -2,31 +2,41 @@
 # Issue 22 on the GPU machine: our packed path beside llama.cpp, same card, same files, one
 # session. One device call per mode; each finishes inside BUDGET seconds (default 560) and packs
 # everything measured so far (this call and earlier calls on the same warm machine, kept under
-# /tmp/speed) into $OUT/speed.tgz after every phase, with $OUT/summary.md (the issue's goal table)
-# and $OUT/session.log beside it.
+# /tmp/speed) into $OUT/speed.tgz after every phase, with $OUT/summary.md (the issue's goal table),
+# $OUT/session.log and one raw llama-bench JSON beside it.
 #
-#   bash bench/gpu_speed_session.sh --build-only   call 1 (~5 min): start the llama.cpp build
-#        (needs .peers; -j 14, in the background), make the 8B-like Q4_K_M model (needs
-#        .device_tok or the bundled model), then the GPU-side-only parts while it builds:
-#        `matmul` and the 8B's `kernels` table (device times: the busy CPU does not change them)
-#   bash bench/gpu_speed_session.sh                 call 2 (~5-6 min): the 8B and the bundled
-#        model, each in one process: 3 rounds of ours (roofline, decode at depth 1000, prefill
-#        512) interleaved with llama-bench (rows curve, tg128 at depth 1000, pp512), generate 256;
-#        the bundled model's exactness check; the summary
-#   bash bench/gpu_speed_session.sh --build        call 2 with the build first when call 1 was
-#        not made (everything in one call; phases that no longer fit the budget are skipped)
-#   bash bench/gpu_speed_session.sh --quick        the kernel loop (~1-2 min): the 8B's kernels
-#        table, the matmul table, the 1- and 16-row pass. $OUT/quick.tgz
+# Prepare once, in the checkout the device tool sends (all four are git-ignored):
+#   ../shared/tools/llamacpp-on-device                 # .peers/ (llama.cpp source, 6.5 MB)
+#   ../shared/tools/split-model-for-device             # .device_model/a and /b (bundled model)
+#   python bench/make_model.py --tokenizer-only --out .device_tok/tokenizer.gguf    # 1.8 MB
+#   .whl/gguf-*.whl                                    # the gguf wheel (python3 there lacks gguf)
+#
+# Device calls (the second within the ~30 s the machine stays warm):
+#   1. carry [".peers", ".whl", ".device_tok", ".device_model/a"], timeout_s 600 (~5 min):
+#        bash bench/gpu_speed_session.sh --build-only
+#      builds llama.cpp (-j 14, in the background), makes the 8B-like Q4_K_M model, and runs the
+#      parts whose figures are device times only while the CPU builds: `matmul` and the 8B's
+#      `kernels` table (1 and 16 rows)
+#   2. carry [".whl", ".device_tok", ".device_model/b"], timeout_s 600 (~4-6 min):
+#        bash bench/gpu_speed_session.sh
+#      joins the bundled model; for the 8B and then the bundled model, one process each: 3 rounds
+#      of ours (roofline, decode at depth 1000, prefill 512) interleaved with llama-bench (rows
+#      curve, tg128 at depth 1000, pp512), order alternating; generate 256; the bundled model's
+#      exactness check (gpu_exact.py model --rows-only); the summary (goal table)
+#   or, in one call when nothing was built before: bash bench/gpu_speed_session.sh --build
+#      (carry [".peers", ".whl", ".device_tok"]; phases that no longer fit the budget are skipped)
+#   kernel loop: carry [".whl", ".device_tok"], bash bench/gpu_speed_session.sh --quick (~1-2 min
+#      warm, +25 s to make the model on a fresh machine): the 8B's kernels table, the matmul
+#      table, the 1- and 16-row pass and one QUICK line; $OUT/quick.tgz
 #
 # Options: --no-bundled (skip the bundled model), --no-8b, --fresh (drop earlier results),
 # --rounds=N (default 3). Env: BUDGET (s), LCPP_JOBS (build jobs), LCPP_CMAKE (extra cmake flags);
 # for a dry run on a machine without a GPU: SPEED_DEVICE=cpu, SHAPE=tiny, M8, MB, BIN, R (paths),
 # SPEED_EXTRA (more gpu_speed.py options, e.g. smaller --context and --rows).
 # Files it finds: the bundled model at /tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf, or its two parts
-# (/tmp/model/part00 from an earlier call, .device_model/b/part01 carried now: joined here;
-# .device_model/a/part00 carried now: copied to /tmp/model); the gguf wheel in .whl/ (installed to
-# /tmp/site when python3 lacks gguf); a tokenizer GGUF in .device_tok/ (make_model.py
-# --tokenizer-only) when the bundled model is not there yet; .peers/ for the build.
+# (.device_model/a/part00 carried in call 1 is copied to /tmp/model; .device_model/b/part01
+# carried in call 2 is joined to it); the gguf wheel in .whl/ (installed to /tmp/site when
+# python3 lacks gguf); the tokenizer GGUF in .device_tok/ (when the bundled model is not there).
 set -u
 T0=$(date +%s)
 BUDGET=${BUDGET:-560}
@@ -34,7 +44,8 @@ R=${R:-/tmp/speed}
 SHAPE=${SHAPE:-qwen3-8b}
 M8=${M8:-/tmp/m/$SHAPE.Q4_K_M.gguf}
 MB=${MB:-/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf}
-LCPP=/tmp/lcpp/llama.cpp
+LCPP_ROOT=${LCPP_ROOT:-/tmp/lcpp}
+LCPP=$LCPP_ROOT/llama.cpp
 BIN=${BIN:-$LCPP/build/bin}
 DEV="--device ${SPEED_DEVICE:-cuda} ${SPEED_EXTRA:-}"
 BUILD=0; BUILD_ONLY=0; QUICK=0; BUNDLED=1; BIG=1; ROUNDS=3
@@ -95,7 +106,7 @@ if [ $BUILD = 1 ] && [ ! -x $BIN/llama-bench ]; then
     echo "!! --build needs .peers/llama.cpp-0.3.36-src.tgz (../shared/tools/llamacpp-on-device puts it there)"
   else
     step "llama.cpp build started in the background (log: $R/llamacpp_build.log)"
-    rm -rf /tmp/lcpp && mkdir -p /tmp/lcpp && tar xzf .peers/llama.cpp-0.3.36-src.tgz -C /tmp/lcpp
+    rm -rf $LCPP_ROOT && mkdir -p $LCPP_ROOT && tar xzf .peers/llama.cpp-0.3.36-src.tgz -C $LCPP_ROOT
     ( cd $LCPP && cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
         -DCMAKE_BUILD_TYPE=Release ${LCPP_CMAKE:-} && cmake --build build -j ${LCPP_JOBS:-14} \
