@@ -235,8 +235,20 @@ def part_matmul(a) -> dict:
 # -- commands ------------------------------------------------------------------------------
 
 
+def guarded(errors: dict, name: str, fn):
+    """fn(), or None with the error logged and kept: one failing part must not lose the others."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - reported in the output and the JSON
+        import traceback
+        errors[name] = traceback.format_exc()[-3000:]
+        log(f"!! {name} failed: {e!r}"[:400])
+        return None
+
+
 def cmd_all(a) -> int:
-    """kernels, then rounds of ours and llama.cpp's, alternating who goes first; one load."""
+    """kernels, then rounds of ours and llama.cpp's, alternating who goes first; one load. The
+    JSON is rewritten after every step, so a run cut short keeps what it measured."""
     out = Path(a.out)
     lc = None
     if a.llama_bin and not a.quick:
@@ -245,36 +257,45 @@ def cmd_all(a) -> int:
             lc = lcs.find_llama_bench(a.llama_bin)
         except lcs.LlamaBenchError as e:
             log(f"llama.cpp skipped: {e}")
+    errors: dict = {}
     mm = None
     if a.matmul:
-        mm = part_matmul(a)
-        write(out, "matmul.json", mm)
+        mm = guarded(errors, "matmul", lambda: part_matmul(a))
+        if mm:
+            write(out, "matmul.json", mm)
     rt = open_rt(a)
     facts = model_facts(rt)
-    res: dict = {"tag": a.tag, "facts": facts, "args": vars(a)}
+    res: dict = {"tag": a.tag, "facts": facts, "args": vars(a), "errors": errors}
     if a.kernels:
-        res["kernels"] = part_kernels(rt, a)
-        write(out, f"kernels_{a.tag}.json", res["kernels"])
+        k = guarded(errors, "kernels", lambda: part_kernels(rt, a))
+        if k:
+            res["kernels"] = k
+            write(out, f"kernels_{a.tag}.json", k)
     if a.quick:
-        rd = roofline_round(rt, [1, 16], a.context, a.repeats, 3)
-        res["roofline"] = roofline_result([rd], facts)
-        print(format_roofline(a.tag, res["roofline"]), flush=True)
+        rd = guarded(errors, "roofline", lambda: roofline_round(rt, [1, 16], a.context, a.repeats, 3))
+        if rd:
+            res["roofline"] = roofline_result([rd], facts)
+            print(format_roofline(a.tag, res["roofline"]), flush=True)
         write(out, f"all_{a.tag}.json", res)
-        print(quick_line(res, mm), flush=True)
-        return 0
+        if rd:
+            print(quick_line(res, mm), flush=True)
+        return 1 if errors else 0
     long_ids = prompt_ids(rt.tokenizer, a.prompt_depth)
     pre_ids = prompt_ids(rt.tokenizer, a.prefill)
     ours_rl, ours_dec, ours_pre, theirs = [], [], [], []
 
     def ours():
         t0 = time.perf_counter()
-        ours_rl.append(roofline_round(rt, a.rows, a.context, a.repeats, 3))
-        ours_dec.append(decode_round(rt, long_ids, a.tokens))
-        ours_pre.append(prefill_round(rt, pre_ids))
-        d = ours_dec[-1]
-        log(f"ours round {len(ours_rl)}: 1 row {ours_rl[-1][min(a.rows)]:.3f} ms, decode "
-            f"{d.get('decode_tok_s', 0):.1f} tok/s at depth {a.prompt_depth}, prefill {ours_pre[-1]['tok_s']:.0f} "
-            f"tok/s ({time.perf_counter() - t0:.1f} s)")
+        n = len(ours_rl) + 1
+        for name, fn, into in (("roofline", lambda: roofline_round(rt, a.rows, a.context, a.repeats, 3), ours_rl),
+                               ("decode", lambda: decode_round(rt, long_ids, a.tokens), ours_dec),
+                               ("prefill", lambda: prefill_round(rt, pre_ids), ours_pre)):
+            r = guarded(errors, f"{name} round {n}", fn)
+            if r is not None:
+                into.append(r)
+        log(f"ours round {n}: 1 row {ours_rl[-1][min(a.rows)] if ours_rl else float('nan'):.3f} ms, decode "
+            f"{ours_dec[-1].get('decode_tok_s', 0) if ours_dec else 0:.1f} tok/s at depth {a.prompt_depth}, "
+            f"prefill {ours_pre[-1]['tok_s'] if ours_pre else 0:.0f} tok/s ({time.perf_counter() - t0:.1f} s)")
 
     def llama():
         import llamacpp_side as lcs
@@ -287,34 +308,49 @@ def cmd_all(a) -> int:
             f"{s['rows_ms'].get(min(a.rows), float('nan')):.3f} ms, pp {((s.get('pp') or {}).get('tok_s') or 0):.0f} "
             f"tok/s ({time.perf_counter() - t0:.1f} s){' ERRORS ' + str(rd['errors']) if rd['errors'] else ''}")
 
+    def snapshot() -> None:
+        if ours_rl:
+            res["roofline"] = roofline_result(ours_rl, facts)
+            res["roofline"]["context"] = a.context
+        if ours_dec:
+            res["decode"] = {"rounds": ours_dec, "depth": a.prompt_depth, "tokens": a.tokens,
+                             "decode_tok_s": statistics.median(d.get("decode_tok_s", 0) for d in ours_dec),
+                             "step_ms_median": statistics.median(d.get("step_ms_median", 0) for d in ours_dec)}
+        if ours_pre:
+            res["prefill"] = {"rounds": ours_pre, "tokens": a.prefill,
+                              "tok_s": statistics.median(p["tok_s"] for p in ours_pre)}
+        if theirs:
+            import llamacpp_side as lcs
+            res["llamacpp"] = lcs.write_side(out, a.tag, theirs)["summary"]
+        write(out, f"all_{a.tag}.json", res)
+
     for i in range(a.rounds):
         for side in ((ours, llama) if i % 2 == 0 else (llama, ours)):
             if side is llama and lc is None:
                 continue
-            side()
-    res["roofline"] = roofline_result(ours_rl, facts)
-    res["roofline"]["context"] = a.context
-    res["decode"] = {"rounds": ours_dec, "depth": a.prompt_depth, "tokens": a.tokens,
-                     "decode_tok_s": statistics.median(d.get("decode_tok_s", 0) for d in ours_dec),
-                     "step_ms_median": statistics.median(d.get("step_ms_median", 0) for d in ours_dec)}
-    res["prefill"] = {"rounds": ours_pre, "tokens": a.prefill,
-                      "tok_s": statistics.median(p["tok_s"] for p in ours_pre)}
+            guarded(errors, f"{side.__name__} round {i + 1}", side)
+            snapshot()
     t0 = time.perf_counter()
     from engine.io.prompts import encode_prompt
-    res["generate"] = decode_round(rt, encode_prompt(rt.tokenizer, SHORT_PROMPT), a.gen_tokens)
-    log(f"generate --draft none {a.gen_tokens} tokens, short prompt: {res['generate']['tok_s']:.1f} tok/s "
-        f"(decode steps alone {res['generate'].get('decode_tok_s', 0):.1f}) ({time.perf_counter() - t0:.1f} s)")
-    print(format_roofline(a.tag, res["roofline"]), flush=True)
-    if theirs:
+    g = guarded(errors, "generate", lambda: decode_round(rt, encode_prompt(rt.tokenizer, SHORT_PROMPT),
+                                                         a.gen_tokens))
+    if g:
+        res["generate"] = g
+        log(f"generate --draft none {a.gen_tokens} tokens, short prompt: {g['tok_s']:.1f} tok/s "
+            f"(decode steps alone {g.get('decode_tok_s', 0):.1f}) ({time.perf_counter() - t0:.1f} s)")
+    snapshot()
+    if "roofline" in res:
+        print(format_roofline(a.tag, res["roofline"]), flush=True)
+    if "llamacpp" in res:
         import llamacpp_side as lcs
-        side = lcs.write_side(out, a.tag, theirs)
-        res["llamacpp"] = side["summary"]
-        print(lcs.format_summary(a.tag, side["summary"]), flush=True)
-    write(out, f"all_{a.tag}.json", res)
+        print(lcs.format_summary(a.tag, res["llamacpp"]), flush=True)
     if a.exact:
         res["exact"] = part_exact(a)
         write(out, f"exact_summary_{a.tag}.json", res["exact"])
-    return 0
+        write(out, f"all_{a.tag}.json", res)
+    if errors:
+        log(f"!! {len(errors)} part(s) failed: {', '.join(errors)} (tracebacks in all_{a.tag}.json)")
+    return 1 if errors else 0
 
 
 def quick_line(res: dict, mm: dict | None) -> str:

@@ -125,3 +125,18 @@ def test_matmul_part_in_the_triton_interpreter(tmp_path):
         assert s["row_invariant"] is True and s["rel_err"] < 1e-5
         assert set(s["us"]) == {"1", "2"} and all(v > 0 for v in s["gbs"].values())
     assert "row-invariant yes" in r.stdout
+
+
+def test_a_failing_part_keeps_the_others(tiny_gguf, tmp_path):
+    """Decoding past the model's context (2,048 tokens) fails; the roofline and prefill of the
+    same rounds are still measured and written, the failure is in the JSON, and the exit is 1."""
+    out = tmp_path / "res"
+    rc = gpu_speed.main(["all", "--device", "cpu", "--model", str(tiny_gguf), "--tag", "8b", "--no-kernels",
+                         "--context", "48", "--rows", "1,2", "--repeats", "2", "--rounds", "1",
+                         "--tokens", "20", "--prompt-depth", "2040", "--gen-tokens", "2", "--prefill", "16",
+                         "--out", str(out)])
+    assert rc == 1
+    res = json.loads((out / "all_8b.json").read_text())
+    assert "decode round 1" in res["errors"] and "context" in res["errors"]["decode round 1"]
+    assert set(res["roofline"]["ms_by_rows"]) == {"1", "2"} and res["prefill"]["tokens"] == 16
+    assert "decode" not in res and res["generate"]["new_tokens"] >= 1
