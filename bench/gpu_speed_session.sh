@@ -17,8 +17,10 @@
 #      builds llama.cpp (-j 14, in the background), makes the 8B-like Q4_K_M model, and runs the
 #      parts whose figures are device times only while the CPU builds: `matmul` and the 8B's
 #      `kernels` table (1 and 16 rows)
-#   2. carry [".whl", ".device_tok", ".device_model/b"], timeout_s 600 (~4-6 min):
-#        bash bench/gpu_speed_session.sh
+#   2. carry [".peers", ".whl", ".device_tok", ".device_model/b"], timeout_s 600 (~4-6 min):
+#        bash bench/gpu_speed_session.sh --build
+#      (--build only builds when the machine is fresh after all, i.e. /tmp/lcpp is gone; then the
+#      bundled model's first part is gone too and only the 8B is measured)
 #      joins the bundled model; for the 8B and then the bundled model, one process each: 3 rounds
 #      of ours (roofline, decode at depth 1000, prefill 512) interleaved with llama-bench (rows
 #      curve, tg128 at depth 1000, pp512), order alternating; generate 256; the bundled model's
@@ -117,6 +119,13 @@ fi
 wait_build() {
   [ -z "$BUILD_PID" ] && return 0
   step "waiting for the llama.cpp build"
+  while kill -0 $BUILD_PID 2>/dev/null; do
+    if [ $(left) -lt 20 ]; then
+      echo "!! the llama.cpp build is still running and the budget is spent: it is lost with this call"
+      tail -3 $R/llamacpp_build.log; BUILD_PID=; return 1
+    fi
+    sleep 3
+  done
   wait $BUILD_PID; local rc=$?
   BUILD_PID=
   if [ $rc -ne 0 ] || [ ! -x $BIN/llama-bench ]; then echo "!! llama.cpp build failed (rc $rc):"; tail -20 $R/llamacpp_build.log
