@@ -221,8 +221,7 @@ def part_matmul(a) -> dict:
     import speed_matmul as sm
     shapes = sm.TINY if a.device == "cpu" else sm.SHAPES
     if a.shapes:
-        everything = {**sm.SHAPES, **sm.TINY}
-        shapes = {k: everything[k] for k in a.shapes.split(",")}
+        shapes = sm.parse_shapes(a.shapes)
     override = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in a.override.split(":")} if a.override else None
     dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[
         a.dtype if a.dtype != "auto" else ("bfloat16" if a.device != "cpu" else "float32")]
@@ -436,7 +435,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--gen-tokens", type=int, default=256, help="generate: tokens after the short prompt")
     ap.add_argument("--prefill", type=int, default=512, help="prefill: prompt tokens (llama.cpp's pp512)")
     ap.add_argument("--matmul-rows", type=_ints, default=[1, 2, 4, 8, 16, 64])
-    ap.add_argument("--shapes", default=None, help="matmul: comma-separated names (speed_matmul.SHAPES/TINY)")
+    ap.add_argument("--shapes", default=None,
+                    help="matmul: comma-separated names (speed_matmul.SHAPES / TINY) or QTYPE:NxK, e.g. Q4_K:5120x4096")
     ap.add_argument("--override", default=None, help="matmul: kernel config k=v:k=v (triton_kernels)")
     ap.add_argument("--linear", action=argparse.BooleanOptionalAction, default=True,
                     help="matmul: also time bf16 F.linear on the dequantized weight")

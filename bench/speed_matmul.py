@@ -43,6 +43,27 @@ TINY = {          # for the CPU dry run
 ROWS = (1, 2, 4, 8, 16, 64)
 
 
+def parse_shapes(text: str) -> dict:
+    """--shapes: names from SHAPES / TINY, or QTYPE:NxK (e.g. Q4_K:5120x4096, the 8B's q|k)."""
+    from engine.weights.packed import PACKED_TYPES
+    known = {**SHAPES, **TINY}
+    out = {}
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        if item in known:
+            out[item] = known[item]
+            continue
+        try:
+            qt, nk = item.split(":")
+            n, k = (int(v) for v in nk.lower().split("x"))
+        except ValueError:
+            raise SystemExit(f"--shapes: {item!r} is neither a known matrix ({', '.join(known)}) "
+                             f"nor QTYPE:NxK") from None
+        if qt.upper() not in PACKED_TYPES or n < 1 or k < 1:
+            raise SystemExit(f"--shapes: {item!r}: the type must be one of {', '.join(PACKED_TYPES)}")
+        out[f"{qt.lower()}_{n}x{k}"] = (qt.upper(), n, k)
+    return out
+
+
 def _caller(override: dict, device: str) -> tuple[Callable, str]:
     """The call timed: what the model calls (packed_linear) unless a kernel override is given,
     or the CPU dry run is under Triton's interpreter (packed_linear sends CPU tensors to torch)."""

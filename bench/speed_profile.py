@@ -210,6 +210,12 @@ def profile_pass(rt, rows: int = 1, context: int = 1000, passes: int = 5, warmup
             full, kind = kernel_events(_profiled(one, passes, rt.device))
             part = kernel_events(_profiled(lambda: one(first), passes, rt.device))[0] if first else []
     out["kind"] = kind
+    if "attention" in region_bytes:
+        # an estimate: the keys and values of `context` positions, every layer, read once
+        cfg = rt.config
+        region_bytes["attention"] = (n_layers * 2 * cfg.n_kv_heads * context * cfg.head_dim
+                                     * rt.cache.kv.element_size())
+        out["attention_bytes_estimated"] = True
     tf, th = _tally(full, passes), _tally(part, passes)
     per_layer = n_layers - 1 if first else 1
     names: dict[str, list[float]] = {}
