@@ -16,8 +16,9 @@ Medians of the rounds. `--quick` (the kernel iteration loop): kernels, the 1- an
 and (with --matmul) the matmul table; no llama.cpp, no decode.
 
 Files (DIR/): kernels_<tag>.json, roofline_<tag>.json, matmul.json, decode_<tag>.json,
-exact_<tag>.json, all_<tag>.json, llamacpp_<tag>.json (+ llama-bench's raw JSON), summary.json
-and summary.md. <tag> defaults to the model file's stem. `--device cpu` runs every part on this
+exact_<tag>.json + exact_summary_<tag>.json, all_<tag>.json, profile_<tag>.json (the roofline as a
+cost profile, `specscope roofline`'s format), llamacpp_<tag>.json (+ llama-bench's raw JSON),
+summary.json and summary.md. <tag> defaults to the model file's stem. `--device cpu` runs every part on this
 machine's CPU (a dry run of the script: the same code paths, CPU ops for kernels).
 """
 
@@ -112,6 +113,8 @@ def part_kernels(rt, a) -> dict:
             g = p["graph"]
             print(f"graph-replayed pass: {g['wall_ms']:.3f} ms wall; kernels seen {g['kernels_seen']:.0f}, "
                   f"busy {g['kernel_us_per_pass'] / 1e3:.3f} ms {g['note']}", flush=True)
+            for r in g["by_kernel"][:8]:
+                print(f"  {' '.join(r['kernel'].split())[:70]:<70} {r['launches']:>6.1f} {r['us']:>9.1f} µs", flush=True)
         print(flush=True)
     return res
 
@@ -147,6 +150,20 @@ def format_roofline(tag: str, r: dict) -> str:
                      f"{f['weight_floor_ms']:.3f} ms): {r['one_row_over_floor']:.2f}  "
                      f"(streamed bytes only, {f['streamed_bytes'] / 1e9:.2f} GB: {r['one_row_over_streamed_floor']:.2f})")
     return "\n".join(lines)
+
+
+def save_profile(rt, roofline: dict, path: Path) -> None:
+    """The combined medians as a cost profile (`specscope roofline`'s format): the workbench's
+    roofline view and the cost model read it."""
+    from engine.cost.probe import profile_id
+    from engine.cost.profile import profile_from_points
+    prof = profile_from_points(sorted(roofline["ms_by_rows"].items()),
+                               id=profile_id(rt.device_name, rt.model_id, rt.dtype_name),
+                               device=rt.device_name, model=rt.model_id, dtype=rt.dtype_name,
+                               context=roofline.get("context"),
+                               source=f"bench/gpu_speed.py all {time.strftime('%Y-%m-%d %H:%M')}",
+                               extra={"rounds": len(roofline["rounds"])})
+    prof.save(path)
 
 
 def decode_round(rt, ids: list[int], tokens: int) -> dict:
@@ -340,6 +357,7 @@ def cmd_all(a) -> int:
     snapshot()
     if "roofline" in res:
         print(format_roofline(a.tag, res["roofline"]), flush=True)
+        guarded(errors, "profile", lambda: save_profile(rt, res["roofline"], out / f"profile_{a.tag}.json"))
     if "llamacpp" in res:
         import llamacpp_side as lcs
         print(lcs.format_summary(a.tag, res["llamacpp"]), flush=True)

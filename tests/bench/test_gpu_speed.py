@@ -86,6 +86,9 @@ def test_all_then_summary_on_the_cpu(tiny_gguf, tmp_path, capsys):
     assert res["decode"]["rounds"][0]["new_tokens"] >= 1 and res["prefill"]["tokens"] == 24
     k = res["kernels"]["passes"]["1"]
     assert k["n_layers"] == 2 and k["launches_per_pass"] > 0
+    from engine.cost.profile import CostProfile
+    prof = CostProfile.load(out / "profile_8b.json")
+    assert dict(prof.points) == pytest.approx(ms) and prof.context == 48
     capsys.readouterr()
     assert gpu_speed.main(["summary", "--out", str(out)]) == 0
     f = json.loads((out / "summary.json").read_text())
