@@ -198,7 +198,7 @@ def pass_cost(rt, modes: dict, rows=(1, 2, 32, 64), ctx=900, rounds=3) -> dict:
     return {m: {r: statistics.median(v) for r, v in d.items()} for m, d in times.items()}
 
 
-def model(path: str, device: str) -> dict:
+def model(path: str, device: str, cost: bool = True) -> dict:
     from engine.io.load import load_model
     from engine.model.runtime import Runtime
     lm = load_model(path)
@@ -222,10 +222,11 @@ def model(path: str, device: str) -> dict:
 
         rows = model_rows(rt, ids)
         print(key, json.dumps(rows), flush=True)
-        cost = pass_cost(rt, {"new": new, "old": old})
-        print(key, "pass ms", json.dumps(cost), flush=True)
-        out[key] = {"rows": rows, "pass_ms": cost,
-                    "ratio_new_old": {r: cost["new"][r] / cost["old"][r] for r in cost["new"]}}
+        out[key] = {"rows": rows}
+        if cost:
+            ms = pass_cost(rt, {"new": new, "old": old})
+            print(key, "pass ms", json.dumps(ms), flush=True)
+            out[key].update(pass_ms=ms, ratio_new_old={r: ms["new"][r] / ms["old"][r] for r in ms["new"]})
         new()
 
         torch.cuda.empty_cache() if device == "cuda" else None
@@ -237,13 +238,14 @@ def main() -> None:
     ap.add_argument("what", choices=["ops", "model", "cpu"])
     ap.add_argument("--model", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--rows-only", action="store_true", help="model/cpu: the bitwise rows, not the pass cost")
     a = ap.parse_args()
     if a.what == "ops":
         res = ops()
     else:
         if a.what == "cpu":
             torch.set_num_threads(1)
-        res = model(a.model, "cuda" if a.what == "model" else "cpu")
+        res = model(a.model, "cuda" if a.what == "model" else "cpu", cost=not a.rows_only)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(res, indent=1))

@@ -142,6 +142,20 @@ def tokenizer_fields(path: Path) -> dict:
     return {k: v for k, v in read_gguf(path).metadata.items() if k.startswith("tokenizer.")}
 
 
+def _add_fields(w: GGUFWriter, fields: dict) -> None:
+    for k, v in fields.items():
+        if isinstance(v, list):
+            w.add_array(k, v)
+        elif isinstance(v, str):
+            w.add_string(k, v)
+        elif isinstance(v, bool):
+            w.add_bool(k, v)
+        elif isinstance(v, int):
+            w.add_uint32(k, v)
+        else:
+            w.add_float32(k, v)
+
+
 def write_model(out: Path, shape: Shape, recipe: str, tokenizer_from: Path | None = None,
                 seed: int = 0, progress=print) -> Path:
     from engine.io.load import default_model_path
@@ -162,17 +176,7 @@ def write_model(out: Path, shape: Shape, recipe: str, tokenizer_from: Path | Non
     w.add_uint32(f"{a}.attention.value_length", shape.head_dim)
     w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-6)
     w.add_float32(f"{a}.rope.freq_base", 1000000.0)
-    for k, v in tokenizer_fields(tokenizer_from or default_model_path()).items():
-        if isinstance(v, list):
-            w.add_array(k, v)
-        elif isinstance(v, str):
-            w.add_string(k, v)
-        elif isinstance(v, bool):
-            w.add_bool(k, v)
-        elif isinstance(v, int):
-            w.add_uint32(k, v)
-        else:
-            w.add_float32(k, v)
+    _add_fields(w, tokenizer_fields(tokenizer_from or default_model_path()))
     plan = []
     for name, shp, layer in tensors(shape):
         qt = Q.F32 if len(shp) == 1 else tensor_type(recipe, name, layer, shape.layers)
@@ -197,6 +201,20 @@ def write_model(out: Path, shape: Shape, recipe: str, tokenizer_from: Path | Non
     return out
 
 
+def write_tokenizer(out: Path, tokenizer_from: Path | None = None) -> Path:
+    """A GGUF holding only a tokenizer (no tensors, ~2 MB): what --tokenizer-from needs on a
+    machine without the bundled model (bench/gpu_speed_session.sh carries it to the device)."""
+    from engine.io.load import default_model_path
+    out.parent.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(str(out), "llama")
+    _add_fields(w, tokenizer_fields(tokenizer_from or default_model_path()))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-8b")
@@ -204,7 +222,13 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokenizer-from", default=None, help="a GGUF whose tokenizer to copy")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer-only", action="store_true",
+                    help="write only the tokenizer (of --tokenizer-from) to --out: a ~2 MB GGUF")
     a = ap.parse_args()
+    if a.tokenizer_only:
+        out = write_tokenizer(Path(a.out), Path(a.tokenizer_from) if a.tokenizer_from else None)
+        print(f"{out}: {out.stat().st_size / 1e6:.1f} MB (tokenizer only)")
+        return
     out = write_model(Path(a.out), SHAPES[a.shape], a.recipe,
                       Path(a.tokenizer_from) if a.tokenizer_from else None, a.seed)
     print(f"{out}: {out.stat().st_size / 1e9:.2f} GB")
