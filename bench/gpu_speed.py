@@ -211,8 +211,13 @@ def part_exact(a) -> dict:
     if not a.exact_cost:
         cmd.append("--rows-only")
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.exact_timeout, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"))
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.exact_timeout, cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"))
+    except subprocess.TimeoutExpired as e:
+        print(f"exact: gpu_exact.py ran past {a.exact_timeout:.0f} s", flush=True)
+        return {"cmd": cmd, "rc": None, "seconds": a.exact_timeout, "forms": {},
+                "error": f"timed out; output: {(e.stdout or b'')[-2000:]!r}"}
     res: dict = {"cmd": cmd, "rc": r.returncode, "seconds": round(time.perf_counter() - t0, 1), "forms": {}}
     if r.returncode or not out.is_file():
         res["error"] = (r.stderr or r.stdout)[-3000:]

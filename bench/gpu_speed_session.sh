@@ -27,6 +27,9 @@
 #      exactness check (gpu_exact.py model --rows-only); the summary (goal table)
 #   or, in one call when nothing was built before: bash bench/gpu_speed_session.sh --build
 #      (carry [".peers", ".whl", ".device_tok"]; phases that no longer fit the budget are skipped)
+#   the bundled model alone: call A, carry [".device_model/a"]: mkdir -p /tmp/model && cp
+#      .device_model/a/part00 /tmp/model/ (seconds); call B at once, carry [".peers", ".whl",
+#      ".device_model/b"]: bash bench/gpu_speed_session.sh --build --no-8b (~5 min with the build)
 #   kernel loop: carry [".whl", ".device_tok"], bash bench/gpu_speed_session.sh --quick (~1-2 min
 #      warm, +25 s to make the model on a fresh machine): the 8B's kernels table, the matmul
 #      table, the 1- and 16-row pass and one QUICK line; $OUT/quick.tgz
