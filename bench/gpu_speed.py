@@ -1,6 +1,6 @@
 """Issue 22's figures for our side, on the GPU machine: each part prints a table and writes JSON.
 
-    python3 bench/gpu_speed.py kernels  --model M --out DIR   # per-kernel table of one eager pass
+    python3 bench/gpu_speed.py kernels  --model M --out DIR   # per-kernel table of one pass
     python3 bench/gpu_speed.py roofline --model M --out DIR   # pass ms by rows, context 1000
     python3 bench/gpu_speed.py matmul   --out DIR             # the packed matmul alone, big matrices
     python3 bench/gpu_speed.py decode   --model M --out DIR   # generate --draft none; prefill 512
@@ -18,8 +18,11 @@ and (with --matmul) the matmul table; no llama.cpp, no decode.
 Files (DIR/): kernels_<tag>.json, roofline_<tag>.json, matmul.json, decode_<tag>.json,
 exact_<tag>.json + exact_summary_<tag>.json, all_<tag>.json, profile_<tag>.json (the roofline as a
 cost profile, `specscope roofline`'s format), llamacpp_<tag>.json (+ llama-bench's raw JSON),
-summary.json and summary.md. <tag> defaults to the model file's stem. `--device cpu` runs every part on this
-machine's CPU (a dry run of the script: the same code paths, CPU ops for kernels).
+summary.json and summary.md. <tag> defaults to the model file's stem. `--device cpu` runs every
+part on this machine's CPU (a dry run of the script: the same code paths, CPU ops for kernels).
+`kernels` profiles the body of the captured graph run eagerly (bench/speed_profile.py);
+`matmul` times `packed_linear` in CUDA graphs (bench/speed_matmul.py); the goal table is
+bench/speed_goals.py. The device session that runs all of it: bench/gpu_speed_session.sh.
 """
 
 from __future__ import annotations
@@ -211,8 +214,13 @@ def part_exact(a) -> dict:
     if not a.exact_cost:
         cmd.append("--rows-only")
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.exact_timeout, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"))
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.exact_timeout, cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"))
+    except subprocess.TimeoutExpired as e:
+        print(f"exact: gpu_exact.py ran past {a.exact_timeout:.0f} s", flush=True)
+        return {"cmd": cmd, "rc": None, "seconds": a.exact_timeout, "forms": {},
+                "error": f"timed out; output: {(e.stdout or b'')[-2000:]!r}"}
     res: dict = {"cmd": cmd, "rc": r.returncode, "seconds": round(time.perf_counter() - t0, 1), "forms": {}}
     if r.returncode or not out.is_file():
         res["error"] = (r.stderr or r.stdout)[-3000:]

@@ -27,6 +27,9 @@
 #      exactness check (gpu_exact.py model --rows-only); the summary (goal table)
 #   or, in one call when nothing was built before: bash bench/gpu_speed_session.sh --build
 #      (carry [".peers", ".whl", ".device_tok"]; phases that no longer fit the budget are skipped)
+#   the bundled model alone: call A, carry [".device_model/a"]: mkdir -p /tmp/model && cp
+#      .device_model/a/part00 /tmp/model/ (seconds); call B at once, carry [".peers", ".whl",
+#      ".device_model/b"]: bash bench/gpu_speed_session.sh --build --no-8b (~5 min with the build)
 #   kernel loop: carry [".whl", ".device_tok"], bash bench/gpu_speed_session.sh --quick (~1-2 min
 #      warm, +25 s to make the model on a fresh machine): the 8B's kernels table, the matmul
 #      table, the 1- and 16-row pass and one QUICK line; $OUT/quick.tgz
@@ -87,7 +90,7 @@ phase() {
   local rc=$?
   [ $rc -eq 124 ] && echo "!! timed out after ${t}s: $*"
   [ $rc -ne 0 ] && echo "!! rc $rc: $*"
-  return 0
+  return $rc
 }
 
 step "setup on $(hostname): $(nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader 2>/dev/null | head -1)"
@@ -140,7 +143,9 @@ if [ $BIG = 1 ] && [ ! -f $M8 ]; then
     echo "!! no tokenizer for the 8B-like model: carry .device_tok (python bench/make_model.py --tokenizer-only --out .device_tok/tokenizer.gguf) or the bundled model"
     BIG=0
   else
-    phase 60 python3 bench/make_model.py --shape $SHAPE --recipe Q4_K_M --out $M8 --tokenizer-from $TOK
+    # written aside and renamed, so a file cut short by the budget is never taken for the model
+    phase 60 python3 bench/make_model.py --shape $SHAPE --recipe Q4_K_M --out $M8.part.gguf --tokenizer-from $TOK \
+      && [ -f $M8.part.gguf ] && mv $M8.part.gguf $M8
   fi
   [ -f $M8 ] || BIG=0
 fi

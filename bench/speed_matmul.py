@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from bench_packed_matmul import L2_DEFEAT_BYTES, make_weight
+from bench_packed_matmul import L2_DEFEAT_BYTES, graph_time_us, make_weight
 from engine.weights.matmul import packed_linear
 from engine.weights.packed import dequantize_packed
 
@@ -75,33 +75,6 @@ def _caller(override: dict, device: str) -> tuple[Callable, str]:
         "triton_kernels.packed_matmul" + (" (interpreter)" if interp else f" {override}")
 
 
-def _graph_us(fns: list[Callable], reps: int) -> float:
-    """Median µs of one pass over fns, captured once in a CUDA graph (events)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    del g
-    return statistics.median(times)
-
-
 def _wall_us(fns: list[Callable], reps: int) -> float:
     for f in fns:
         f()
@@ -137,7 +110,7 @@ def bench_shape(qtype: str, n: int, k: int, rows=ROWS, device: str = "cuda",
                  "dtype": str(dtype).replace("torch.", ""),
                  "timer": "cuda graph + events" if cuda else "wall clock (CPU dry run)",
                  "us": {}, "gbs": {}, "pct_peak": {}}
-    timer = _graph_us if cuda else _wall_us
+    timer = graph_time_us if cuda else _wall_us
     for m in rows:
         xm = x[:m].contiguous()
         us = timer([lambda w=w, xm=xm: call(xm, w) for w in ws], reps) / copies
