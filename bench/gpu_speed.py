@@ -68,11 +68,12 @@ def open_rt(a: argparse.Namespace):
     t0 = time.perf_counter()
     rt = open_runtime(a.model, a.device, a.dtype, weights=a.weights)
     cap = max(a.context + max(ROWS) + 64, a.prompt_depth + a.tokens + 8, a.prefill + 8, 600)
-    rt.start(min(cap, rt.config.max_context))
     log(f"loaded {rt.model_id} on {rt.device_name}: {rt.weights_label}, {rt.dtype_name} "
         f"({time.perf_counter() - t0:.1f} s)")
     t0 = time.perf_counter()
-    rt.warm_up()
+    ses = rt.session(min(cap, rt.config.max_context))
+    ses.warm_up()                   # graphs captured on a session the later passes reuse
+    ses.close()
     log(f"warm-up (graphs, kernels) {time.perf_counter() - t0:.1f} s")
     return rt
 
@@ -194,14 +195,16 @@ def decode_round(rt, ids: list[int], tokens: int) -> dict:
 def prefill_round(rt, ids: list[int], repeats: int = 5) -> dict:
     from engine.model.device import synchronize
     times = []
+    ses = rt.session(len(ids) + 1)
     for i in range(repeats + 1):
-        rt.start(len(ids) + 1)
+        ses.truncate(0)
         synchronize(rt.device)
         t0 = time.perf_counter()
-        rt.prefill(ids)
+        ses.prefill(ids)
         synchronize(rt.device)
         if i:                                   # the first is a warm-up
             times.append(time.perf_counter() - t0)
+    ses.close()
     med = statistics.median(times)
     return {"tokens": len(ids), "s_median": med, "tok_s": len(ids) / med, "samples": times}
 

@@ -60,7 +60,7 @@ class _Region:
 
 
 @contextlib.contextmanager
-def regions(rt) -> Any:
+def regions(rt, cache) -> Any:
     """Wrap the runtime's linears, attention, norms, RoPE and cache writes in named ranges for
     the duration; yields {region: bytes read a pass (weights), or None}."""
     m = rt.model
@@ -88,7 +88,6 @@ def regions(rt) -> Any:
         if callable(getattr(m, attr, None)):
             put(m, attr, name, False)
             nbytes[name] = None
-    cache = rt.cache
     if callable(getattr(cache, "write", None)):
         put(cache, "write", "kv_write", False)
         nbytes["kv_write"] = None
@@ -163,15 +162,15 @@ def _tally(events: list[tuple[str, str, float]], passes: int) -> dict:
     return out
 
 
-def eager_body(rt, rows: int, exit_layer: int | None = None) -> None:
-    """Run the body of the runtime's captured pass of `rows` rows eagerly, at the cache's
-    committed length: the same ops, in the same order, that the graph replays (the graph
-    bucket's own closure; its captured outputs are put back afterwards)."""
-    g = rt._bucket(rows, exit_layer)
+def eager_body(ses, rows: int, exit_layer: int | None = None, at: int | None = None) -> None:
+    """Run the body of the session's captured pass of `rows` rows eagerly, at length `at` (the
+    committed length if None): the same ops, in the same order, that the graph replays (the
+    graph bucket's own closure; its captured outputs are put back afterwards)."""
+    g = ses._bucket(rows, exit_layer)
     saved = {k: getattr(g, k) for k in ("graph", "logits", "top_values", "top_ids") if hasattr(g, k)}
     g.graph = None                   # replay() then runs the closure instead of the graph
     try:
-        g.replay([1] * rows, *chain(rows), rt.cache.length)
+        g.replay([1] * rows, *chain(rows), ses.cache.length if at is None else at)
     finally:
         for k, v in saved.items():
             setattr(g, k, v)
@@ -184,20 +183,21 @@ def profile_pass(rt, rows: int = 1, context: int = 1000, passes: int = 5, warmup
     would recompile around the wrappers; it is never wrapped)."""
     n_layers = rt.config.n_layers
     first = 1 if n_layers > 1 else None     # the pass that stops after the first layer
-    if context + 64 > rt.cache.capacity:
-        rt.start(context + 64)
+    ses = rt.session(context + 64)
 
     def one(exit_layer=None):
-        with rt.cache.at_length(context):
-            eager_body(rt, rows, exit_layer)
+        eager_body(ses, rows, exit_layer, context)
 
-    named_regions = named_regions and not getattr(rt, "compiled", False)
+    # the fused forward (engine.model.fused_layer) reads the layers' weights directly: no
+    # wrappers there, kernels are named by themselves
+    named_regions = (named_regions and not getattr(rt, "compiled", False)
+                     and getattr(rt.model, "fused", None) is None)
     out: dict = {"rows": rows, "context": context, "passes": passes, "n_layers": n_layers,
                  "device": rt.device_name, "weights": rt.weights_label, "named_regions": named_regions}
     with torch.inference_mode():
         for ex in (None, first):             # capture both graphs first (outside the ranges)
-            rt._bucket(rows, ex)
-        with regions(rt) if named_regions else contextlib.nullcontext({}) as region_bytes:
+            ses._bucket(rows, ex)
+        with regions(rt, ses.cache) if named_regions else contextlib.nullcontext({}) as region_bytes:
             for ex in (None, first):
                 for _ in range(warmup):
                     one(ex)
@@ -209,12 +209,13 @@ def profile_pass(rt, rows: int = 1, context: int = 1000, passes: int = 5, warmup
             out["eager_pass_ms"] = (time.perf_counter() - t0) * 1e3 / passes
             full, kind = kernel_events(_profiled(one, passes, rt.device))
             part = kernel_events(_profiled(lambda: one(first), passes, rt.device))[0] if first else []
+    ses.close()
     out["kind"] = kind
     if "attention" in region_bytes:
         # an estimate: the keys and values of `context` positions, every layer, read once
         cfg = rt.config
         region_bytes["attention"] = (n_layers * 2 * cfg.n_kv_heads * context * cfg.head_dim
-                                     * rt.cache.kv.element_size())
+                                     * ses.cache.kv.element_size())
         out["attention_bytes_estimated"] = True
     tf, th = _tally(full, passes), _tally(part, passes)
     per_layer = n_layers - 1 if first else 1

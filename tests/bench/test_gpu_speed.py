@@ -46,8 +46,9 @@ def test_kernel_profile_attributes_the_matmuls_to_their_layers(bundled_rt):
     rt = bundled_rt
     if not rt.model.cpu_fast:
         pytest.skip("the CPU-fast int4 kernels need AVX-512 (this CPU runs dense float32)")
-    with torch.inference_mode(), rt.cache.at_length(40):
-        before = rt.verify([5, 6], *chain(2)).logits
+    ses = rt.session(120)
+    before = ses.scratch([5, 6], *chain(2), at=40).logits
+    ses.close()
     p = speed_profile.profile_pass(rt, rows=1, context=40, passes=1, warmup=1)
     assert p["kind"] == "cpu" and p["n_layers"] == 30
     mm = {r["region"]: r for r in p["table"] if r["kernel"] == "aten::_weight_int4pack_mm_for_cpu"}
@@ -59,11 +60,12 @@ def test_kernel_profile_attributes_the_matmuls_to_their_layers(bundled_rt):
     regions = {g["region"] for g in p["regions"]}
     assert {"attention", "rmsnorm", "rope", "kv_write", "lm_head"} <= regions
     # nothing stays wrapped: methods are the class's again, layers hold Linear, same logits
-    assert "_rms" not in vars(rt.model) and "_rotate" not in vars(rt.model) and "write" not in vars(rt.cache)
+    ses = rt.session(120)       # the idle session the profile used, handed back
+    assert "_rms" not in vars(rt.model) and "_rotate" not in vars(rt.model) and "write" not in vars(ses.cache)
     assert all(isinstance(L[k], Linear) for L in rt.model.layers for k in speed_profile.LINEARS)
     assert isinstance(rt.model.lm_head, Linear)
-    with torch.inference_mode(), rt.cache.at_length(40):
-        assert torch.equal(rt.verify([5, 6], *chain(2)).logits, before)
+    assert torch.equal(ses.scratch([5, 6], *chain(2), at=40).logits, before)
+    ses.close()
     text = speed_profile.format_profile(p, top=5)
     assert "launches a pass" in text and "gate_up" in text
 
