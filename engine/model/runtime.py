@@ -281,7 +281,7 @@ class Session:
 
     def __init__(self, rt: Runtime, capacity: int) -> None:
         self.runtime = rt
-        self.cache: KVCache = rt.model.new_cache(capacity)
+        self.cache: KVCache = self._new_cache(capacity)
         self._buckets: dict[tuple[int, int | None], _GraphBucket] = {}   # (rows, exit layer)
         self.needed = 0            # what the current request asked for (reserve)
         self.spare = 0
@@ -323,8 +323,14 @@ class Session:
             cap = min(rt.config.max_context, 1 << (size - 1).bit_length())
             self._buckets.clear()      # graphs hold the old cache's addresses
             del self.cache             # free the old one before the new one is allocated
-            self.cache = rt.model.new_cache(cap)
+            self.cache = self._new_cache(cap)
         self.cache.reset()
+
+    def _new_cache(self, capacity: int) -> KVCache:
+        # a normal tensor even when a probe (inside inference mode) makes the session: a later
+        # request commits into it outside inference mode
+        with torch.inference_mode(False):
+            return self.runtime.model.new_cache(capacity)
 
     @property
     def capacity(self) -> int:

@@ -51,6 +51,7 @@ class RunStats:
         self.wall_s = 0.0
 
     def count(self, tree: TokenTree, outcome: VerifyOutcome, emitted: list[int]) -> None:
+        self.windows += 1
         self.new_tokens.extend(emitted)
         self.proposed += len(tree.tokens)
         self.accepted += len(outcome.accepted)
@@ -156,7 +157,6 @@ class Decoder:
             if not plan.plain:
                 parts.drafters[plan.drafter].observe(outcome)
             stats.count(tree, outcome, emitted)
-            stats.windows += 1
             t3 = time.perf_counter()
             stats.wall_s = t3 - t_start
             self.finish_reason = finish

@@ -166,13 +166,12 @@ class PartsFactory:
         return Parts(drafters, self._policy(s), Verifier(s.sampling, self.rt.tie_margin, not fast))
 
     def _policy(self, s: DecodeSettings) -> WindowPolicy:
-        if s.draft == "none":
-            return PlainPolicy()
-        chooser = self.chooser if s.adaptive else None
+        chooser = self.chooser if s.adaptive and s.draft != "none" else None
         width = 1 if s.draft == "lookup" else s.width
-        if self.ngram is not None and chooser is not None:
-            policy: WindowPolicy = PricedTakeoverPolicy(chooser, s.draft, s.depth, s.width,
-                                                        NGRAM_DEPTH)
+        if s.draft == "none":
+            policy: WindowPolicy = PlainPolicy()
+        elif self.ngram is not None and chooser is not None:
+            policy = PricedTakeoverPolicy(chooser, s.draft, s.depth, s.width, NGRAM_DEPTH)
         elif self.takeover is not None:
             policy = TakeoverPolicy(self.takeover, s.draft, s.depth, s.width, NGRAM_DEPTH, tree_rows)
         elif chooser is not None:

@@ -27,8 +27,6 @@ from engine.cost.plan import Cause, Plan, plain_plan
 from engine.speculation.events import WindowEvent
 from engine.speculation.takeover import MODEL, NGRAM, PLAIN, Takeover, priced_takeover
 
-NAN = float("nan")
-
 
 @dataclass(frozen=True)
 class PlanContext:

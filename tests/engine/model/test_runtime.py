@@ -68,3 +68,18 @@ def test_sessions_are_independent_streams_and_scratch_passes_commit_nothing(runt
     a.close()
     again = rt.session(32)
     assert again is a and again.length == 0 and again._buckets == graphs
+
+
+def test_a_session_made_by_a_probe_serves_a_later_request(loaded_model, tokenizer) -> None:
+    """A probe times passes inside inference mode, on a session it borrows; handed back, that
+    session's cache must still take a request's commits outside inference mode."""
+    rt = Runtime(loaded_model, "cpu", "float32", capacity=64)
+    with torch.inference_mode():
+        rt.time_verify_pass(2, 8)
+    ids = tokenizer.encode("def add(a, b):\n    return")
+    s = rt.session(len(ids) + 4)
+    s.prefill(ids[:-1])
+    tree = TokenTree.from_rows([ids[-1], 5, 6], [-1, 0, 0])       # two siblings
+    s.verify([ids[-1], 5, 6], tree.row_depths, tree.ancestor_mask())
+    s.commit([0, 2])                    # a branch: moved down into the prefix, in place
+    assert s.length == len(ids) + 1
