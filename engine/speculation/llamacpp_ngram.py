@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from engine.errors import ParameterError
+from engine.speculation.drafters import DraftRequest, DrafterBase
 from engine.speculation.events import Provenance
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.tree import TokenTree, build_trie
@@ -302,7 +303,7 @@ class LlamaCppNgram:
             self.map.accept(n_accepted)
 
 
-class LlamaCppNgramDrafter:
+class LlamaCppNgramDrafter(DrafterBase):
     """llama.cpp's `spec_type` as a drafter of ours: size_n is the index's n_max (`--ngram-max`),
     size_m the largest depth this run has asked for (`--depth`). A window's depth below it is the
     end of the request (the decoder caps depth at the tokens still wanted) and cuts the draft as
@@ -318,8 +319,8 @@ class LlamaCppNgramDrafter:
         self._state: LlamaCppNgram | None = None
         self._drafted = False        # propose ran since the last verdict (plain steps skip it)
 
-    def propose(self, index: NgramIndex, root: int, depth: int, width: int,
-                budget_rows: int) -> TokenTree:
+    def propose(self, req: DraftRequest) -> TokenTree:
+        index, root, depth, budget_rows = req.index, req.root, req.depth, req.rows
         st = self._state
         size_n = index.n_max
         size_m = max(depth, st.size_m if st is not None and st.size_n == size_n else 0)
