@@ -20,9 +20,11 @@ one tile of ``BK = 256`` values at a time:
   as gguf's numpy code does), then casts to the activations' dtype,
 * and for every 16-row slice of ``x`` (``NMB`` = ceil(M/16) slices, each its own float32
   accumulator) does ``acc += x_slice[16, BK] @ w_tile[BK, BN]`` with ``tl.dot`` (tensor cores
-  for bf16/fp16; for float32 ``input_precision="tf32x3"``: three TF32 tensor-core products
-  per dot, float32 accuracy (measured 2-5e-7 relative, like cuBLAS's float32 GEMM) at tensor-core
-  speed, where IEEE FMAs made a float32 pass 3.5x a bfloat16 one).
+  for bf16/fp16; for float32 the backend's precision, ``dot_precision.py``: on CUDA
+  ``"tf32x3"``, three TF32 tensor-core products per dot, float32 accuracy (measured 2-5e-7
+  relative, like cuBLAS's float32 GEMM) at tensor-core speed, where IEEE FMAs made a float32
+  pass 3.5x a bfloat16 one; on ROCm ``"bf16x6"``, six bf16 WMMA products, as accurate as
+  float32 FMAs: RDNA has no float32 matrix units).
 
 The nibble planes are not reordered in registers: a Q4 tile is dotted as two halves (the low
 nibbles and the high nibbles), each against the activations gathered at the K positions those
@@ -72,6 +74,7 @@ import functools
 import torch
 import triton
 
+from .dot_precision import gpu_backend, ieee_code
 from .triton_int8 import _i8_matmul
 from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel
 
@@ -219,7 +222,13 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
     cfg = kernel_config(qtype, n, k, sms, **override)
     splits = cfg["splits"]
     even_k = k % 256 == 0
-    ieee = x.dtype == torch.float32
+    # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
+    # dot_precision.py); 0 for 16-bit activations
+    ieee = ieee_code(x.dtype)
+    # float32 on ROCm: 2-3 pipeline stages of float32 tiles need 114-164 KB of shared memory
+    # and RDNA has 64 KB (the AOT compile check, engine.model.kernel_catalog): one stage
+    # (16-32 KB). Stages move loads, not arithmetic: the bits do not change.
+    one_stage = ieee and gpu_backend() == "hip"
     grid = (triton.cdiv(n, cfg["BN"]), splits)
     for r0 in range(0, m_all, MAX_ROWS):
         r1 = min(m_all, r0 + MAX_ROWS)
@@ -237,7 +246,7 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
             TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=triton.cdiv(m, 16),
             SPLIT=splits > 1, EVEN_K=even_k, IEEE=ieee, SB=cfg["SB"], JS=cfg["JS"],
             num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"],
+            num_stages=1 if one_stage else cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"],
         )
         if splits > 1:
             mn = m * n
