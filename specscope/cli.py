@@ -141,7 +141,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     print()
     summary = {k: report[k] for k in ("new_tokens", "windows", "tokens_per_pass", "tok_s",
                                       "wall_s", "load_s", "finish_reason", "device", "dtype",
-                                      "weight_format")}
+                                      "activation_dtype", "weight_format")}
     print(json.dumps(summary), file=sys.stderr)
     return 0
 

@@ -424,6 +424,7 @@ class Decoder:
             "profile": self.profile.id if self.profile is not None else None,
             "device": rt.device_name,
             "dtype": rt.dtype_name,
+            "activation_dtype": getattr(rt, "activation_dtype", rt.dtype_name),
             "weights": rt.weights_mode,
             "weight_format": rt.weights_label,
             "weight_bytes": rt.weight_bytes,
