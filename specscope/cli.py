@@ -1,4 +1,5 @@
-"""`specscope` command line: the workbench (no subcommand), generate, roofline, bench, sweep, export.
+"""`specscope` command line: the workbench (no subcommand), generate, roofline, bench, sweep, export,
+doctor.
 
 Errors a user can fix (engine.errors.SpecscopeError) print one line and exit 2, no traceback.
 """
@@ -13,6 +14,7 @@ from typing import Sequence
 from engine.errors import SpecscopeError
 from engine.speculation.settings import DRAFTERS, MATCH_RULES, USER_DEFAULTS, DecodeSettings
 from specscope.bench import add_bench_args
+from specscope.doctor import add_doctor_args
 from specscope.progress import Progress
 from specscope.roofline import add_roofline_args, run_roofline
 from specscope.sweep_cmd import add_export_args, add_sweep_args
@@ -174,6 +176,11 @@ def cmd_export(a: argparse.Namespace) -> int:
     return run_export(a)
 
 
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from specscope.doctor import run_doctor
+    return run_doctor(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """One parser for the window (no subcommand) and every subcommand."""
     p = argparse.ArgumentParser(
@@ -212,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export", help="a sweep's best (or chosen) cell for us, llama.cpp or vLLM")
     add_export_args(ex)
     ex.set_defaults(func=cmd_export)
+    dr = sub.add_parser("doctor", help="check this machine's GPU, Triton kernels, graphs and the "
+                                       "model; --compile-for TARGETS compiles for cards not here")
+    add_model_args(dr, top=False)
+    add_doctor_args(dr)
+    dr.set_defaults(func=cmd_doctor)
     return p
 
 

@@ -110,8 +110,8 @@ def packed_shape_classes(qtype: str, units: int, i8: bool = False) -> list[tuple
 def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     """full: type x shape class x dtype x NMB. quick: per (type a, dtype b) one launch, class
     (a + b) mod classes and NMB (a + 2b) mod 4 + 1 (a Latin square: every dtype meets every
-    NMB, every type meets every dtype and up to three classes). kernels: float32 and bfloat16,
-    one type each."""
+    NMB, every type meets every dtype and up to three classes). kernels: one row slice (the
+    decode path) in float32 (Q4_K) and bfloat16 (Q6_K, a split-K shape)."""
     from engine.weights import triton_kernels as tk
     for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
         classes = packed_shape_classes(qtype, t.units)
@@ -123,7 +123,7 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                                              or nmb != (a + 2 * b) % 4 + 1):
                         continue
                     if scope == "kernels" and (qtype, _dt(dtype), c, nmb) not in (
-                            ("Q4_K", "float32", len(classes) - 1, 4), ("Q6_K", "bfloat16", 0, 1)):
+                            ("Q4_K", "float32", len(classes) - 1, 1), ("Q6_K", "bfloat16", 0, 1)):
                         continue
                     label = f"{qtype} {_dt(dtype)} NMB{nmb} {n}x{k} {cls}"
                     yield label, (lambda m=m, k=k, n=n, q=qtype, d=dtype, c=cfg:
@@ -131,8 +131,8 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
 
 
 def _i8_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
-    """full: dtype x 16/32/64-row tile x split or not x residual plane or not. quick and
-    kernels: bfloat16 32-row tile with the residual, float16 64-row tile without."""
+    """full: dtype x 16/32/64-row tile x split or not x residual plane or not. quick:
+    bfloat16 32-row tile with the residual, float16 64-row tile without; kernels: the first."""
     from engine.weights import triton_kernels as tk
     for qtype in tk._I8_TYPES:
         classes = packed_shape_classes(qtype, t.units, i8=True)
@@ -140,8 +140,8 @@ def _i8_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
             for dtype in (torch.bfloat16, torch.float16):
                 for m in (1, 17, 33):              # 16-, 32- and 64-row tiles
                     for x2 in (1, 0):
-                        if scope != "full" and (c, _dt(dtype), m, x2) not in (
-                                (0, "bfloat16", 17, 1), (len(classes) - 1, "float16", 33, 0)):
+                        keep = [(0, "bfloat16", 17, 1), (len(classes) - 1, "float16", 33, 0)]
+                        if scope != "full" and (c, _dt(dtype), m, x2) not in keep[:2 if scope == "quick" else 1]:
                             continue
                         label = f"{qtype} {_dt(dtype)} M{m} {n}x{k} {cls} X2={x2}"
                         yield label, (lambda m=m, k=k, n=n, q=qtype, d=dtype, c=cfg, x2=x2:
