@@ -35,5 +35,6 @@ def draft_opener(target: Runtime, weights: str = "auto",
 
     Decoder(rt, ids, settings, open_model=draft_opener(rt))
     """
-    return lambda path: open_runtime(path, str(target.device), target.dtype_name,
+    return lambda path: open_runtime(path, str(target.device),
+                                     getattr(target, "dtype_request", target.dtype_name),
                                      progress=progress, weights=weights)

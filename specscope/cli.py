@@ -1,5 +1,5 @@
 """`specscope` command line: the workbench (no subcommand), generate, roofline, bench, sweep, export,
-lesson.
+lesson, doctor.
 
 Errors a user can fix (engine.errors.SpecscopeError) print one line and exit 2, no traceback.
 """
@@ -15,6 +15,7 @@ from engine.errors import SpecscopeError
 from engine.speculation.settings import DRAFTERS, MATCH_RULES, USER_DEFAULTS, DecodeSettings
 from specscope.bench import add_bench_args
 from specscope.lesson_cmd import add_lesson_args, run_lesson_cmd
+from specscope.doctor import add_doctor_args
 from specscope.progress import Progress
 from specscope.roofline import add_roofline_args, run_roofline
 from specscope.roofline_llamacpp import add_llamacpp_args
@@ -154,7 +155,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
     print()
     summary = {k: report[k] for k in ("new_tokens", "windows", "tokens_per_pass", "tok_s",
                                       "wall_s", "load_s", "finish_reason", "device", "dtype",
-                                      "weight_format")}
+                                      "activation_dtype", "weight_format")}
     print(json.dumps(summary), file=sys.stderr)
     return 0
 
@@ -188,6 +189,11 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def cmd_export(a: argparse.Namespace) -> int:
     from specscope.sweep_cmd import run_export
     return run_export(a)
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from specscope.doctor import run_doctor
+    return run_doctor(a)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -235,6 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(le, top=False)
     add_lesson_args(le)
     le.set_defaults(func=run_lesson_cmd)
+    dr = sub.add_parser("doctor", help="check this machine's GPU, Triton kernels, graphs and the "
+                                       "model; --compile-for TARGETS compiles for cards not here")
+    add_model_args(dr, top=False)
+    add_doctor_args(dr)
+    dr.set_defaults(func=cmd_doctor)
     return p
 
 

@@ -250,7 +250,9 @@ class MainWindow(QMainWindow):
     def _on_runtime(self, info: dict) -> None:
         self.runtime_info = info
         self.model_failed = False
-        self.status.say(f"loaded {info['model']} on {info['device']} ({info['dtype']}; "
+        act = info.get("activation_dtype", info["dtype"])     # the int4 CPU kernels: bfloat16
+        dtype = info["dtype"] if act == info["dtype"] else f"{info['dtype']}, {act} activations"
+        self.status.say(f"loaded {info['model']} on {info['device']} ({dtype}; "
                         f"{info['weights']}) in {info['load_s']:.1f} s")
         self.roofline.set_weights(info["weights"])
         self.status.source.setText(self._source_text())

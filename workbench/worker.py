@@ -311,6 +311,7 @@ class SessionWorker(QThread):
         rt = shared_runtime(spec, self._progress)
         self.runtime_ready.emit({"model": engine_api.model_name(rt), "device": rt.device_name,
                                  "dtype": rt.dtype_name, "weights": rt.weights_label,
+                                 "activation_dtype": rt.activation_dtype,
                                  "load_s": time.perf_counter() - t0})
         return rt
 
@@ -337,6 +338,7 @@ class SessionWorker(QThread):
         self.run_started.emit(req.run_id, {
             "settings": settings.to_dict(), "model": engine_api.model_name(rt),
             "device": rt.device_name, "dtype": rt.dtype_name, "weights": rt.weights_label,
+            "activation_dtype": rt.activation_dtype,
             "prompt": req.prompt, "prompt_tokens": len(ids)})
         gen = dec.windows()
         n = 0

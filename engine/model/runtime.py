@@ -184,9 +184,15 @@ class Runtime:
         # auto: packed on a GPU, where a pass streams the weights and 4-bit weights stream ~4x
         # faster than 16-bit ones. On a CPU with AVX-512, packed when the fast int4 kernels take
         # every linear weight of the file (Q4_0/Q4_1/Q4_K): decode measured ~2x float32's here
-        # (BENCHMARKS.md, "CPU: packed weights"); otherwise dequantized float weights (BLAS)
+        # (BENCHMARKS.md, "CPU: packed weights"); otherwise dequantized float weights (BLAS).
+        # The int4 kernels compute in bfloat16: auto takes them only when the dtype is auto
+        # too, and an explicit float32 / float16 never gets them (its arithmetic is honoured)
+        if dtype not in ("auto", "bfloat16"):
+            cpu_kernels = "exact"
         packed = weights == "packed" or (weights == "auto" and (
-            self.device.type != "cpu" or (cpu_kernels == "fast" and cpu_fast_fits(loaded))))
+            self.device.type != "cpu" or (cpu_kernels == "fast" and dtype == "auto"
+                                          and cpu_fast_fits(loaded))))
+        self.dtype_request = dtype          # "auto" or a dtype name: a draft model opens with it
         # what a cost profile is measured for: the model file and the form of its weights
         self.model_id = loaded.source.name
         t0 = time.perf_counter()
@@ -196,6 +202,9 @@ class Runtime:
         synchronize(self.device)
         self.load_s = loaded.load_s + time.perf_counter() - t0
         summary = self.model.weights_summary()
+        # what the linear layers multiply in: bfloat16 on the fast CPU kernels (int4 weights,
+        # bfloat16 activations, a bfloat16 LM head), else the model's dtype
+        self.activation_dtype = "bfloat16" if self.model.cpu_fast else self.dtype_name
         self.weight_bytes = summary["bytes"]
         self.weights_mode = "packed" if summary["packed_types"] else "dequantized"
         fmt = loaded.file_type or "+".join(summary["file_types"])

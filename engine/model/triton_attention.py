@@ -17,8 +17,9 @@ Kernel 2, `_combine_kernel`, grid (rows, kv heads): adds the row's splits in ord
 (the split count is a function of the row's own length only).
 
 Every dot has the same shape whatever the window ([GP, D] x [D, BLOCK] and [GP, BLOCK] x
-[BLOCK, D]); the row count only sets the grid. float32 dots are "tf32x3" (three TF32
-products: float32 accuracy on tensor cores).
+[BLOCK, D]); the row count only sets the grid. float32 dots take the backend's precision
+(engine.weights.dot_precision: "tf32x3" on CUDA, three TF32 products, float32 accuracy on
+tensor cores; "bf16x6" on ROCm), passed as the code IEEE (0 for 16-bit dtypes).
 The committed length is read from device memory, so the kernels run inside CUDA/HIP graphs.
 """
 
@@ -29,6 +30,8 @@ import triton
 import triton.language as tl
 
 from engine.model.attention import BLOCK, WindowLayout
+from engine.weights.dot_precision import ieee_code
+from engine.weights.triton_dot import dot_f32
 
 import os
 
@@ -67,7 +70,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
                 slot = tl.where(rel < 0, offs, n + a)
                 kk = tl.load(kbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
                 if IEEE:
-                    sc = tl.dot(q, tl.trans(kk), input_precision="tf32x3")
+                    sc = dot_f32(q, tl.trans(kk), None, IEEE)
                 else:
                     sc = tl.dot(q, tl.trans(kk))
                 sc = tl.where(valid[None, :], sc * scale, float("-inf"))       # [GP, BN]
@@ -77,7 +80,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
                 l_i = l_i * alpha + tl.sum(p, 1)
                 vv = tl.load(vbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
                 if IEEE:
-                    pv = tl.dot(p, vv, input_precision="tf32x3")
+                    pv = dot_f32(p, vv, None, IEEE)
                 else:
                     pv = tl.dot(p.to(vv.dtype), vv)
                 acc = acc * alpha[:, None] + pv
@@ -140,7 +143,7 @@ def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     m_ws = ws[:R * Hkv * NS * GP]
     l_ws = ws[R * Hkv * NS * GP:2 * R * Hkv * NS * GP]
     acc_ws = ws[2 * R * Hkv * NS * GP:]
-    ieee = q.dtype == torch.float32
+    ieee = ieee_code(q.dtype)          # float32: the backend's dot precision (a nonzero code)
     anc = layout.anc
     _split_kernel[(R, Hkv, NS)](
         q, k, v, n, layout.depth, anc, m_ws, l_ws, acc_ws,

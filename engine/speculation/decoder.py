@@ -265,7 +265,8 @@ class Decoder:
             ar_windows=floor.ar_windows if floor is not None else 0,
             ar_floor=floor.reason if floor is not None else "off",
             profile=profile.id if profile is not None else None,
-            device=rt.device_name, dtype=rt.dtype_name, weights=rt.weights_mode,
+            device=rt.device_name, dtype=rt.dtype_name,
+            activation_dtype=getattr(rt, "activation_dtype", rt.dtype_name), weights=rt.weights_mode,
             weight_format=rt.weights_label, weight_bytes=rt.weight_bytes,
             model=str(rt.loaded.source), config=self.settings.to_dict(),
             draft=self.factory.draft_report(self.settings))

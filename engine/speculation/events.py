@@ -210,6 +210,7 @@ class RunReport:
     profile: str | None
     device: str
     dtype: str
+    activation_dtype: str             # what the linear layers multiply in (bf16 on the int4 CPU path)
     weights: str
     weight_format: str
     weight_bytes: int
@@ -231,5 +232,6 @@ class RunReport:
         DraftReport."""
         kw = _known(cls, d)
         kw.pop("draft", None)
+        kw.setdefault("activation_dtype", kw.get("dtype", ""))      # reports before it existed
         draft = (DraftReport(**_known(DraftReport, d)) if "draft_ms" in d else None)
         return cls(**kw, draft=draft)

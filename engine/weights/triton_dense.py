@@ -5,7 +5,8 @@ of an M-row product is not bit-identical to the same row multiplied alone; verif
 to be (engine.model.attention explains why). Here the configuration is a function of (N, K,
 dtype) only: every program multiplies one 16-row slice of x by BN weight rows, walking K in
 BK-wide tiles in order, with one ``tl.dot`` of the same shape per tile; M only sets how many
-slices the grid has. float32 dots are "tf32x3" (float32 accuracy on tensor cores).
+slices the grid has. float32 dots take the backend's precision (``dot_precision.py``:
+"tf32x3" on CUDA, float32 accuracy on tensor cores; "bf16x6" on ROCm).
 
 Used for the dense weights of verify passes on a GPU (the LM head of a tied model, every layer
 of a dequantized model); prefill keeps cuBLAS (it needs no invariance). Imported lazily: Triton
@@ -17,6 +18,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from .dot_precision import ieee_code
+from .triton_dot import dot_f32
 
 BM = 16
 
@@ -41,7 +45,7 @@ def _dense_kernel(x_ptr, w_ptr, o_ptr, M, N, K, sxm, swn, som,
         x = tl.load(x_ptr + rm[:, None] * sxm + kk[None, :], mask=xm, other=0.0)      # [16, BK]
         w = tl.load(w_ptr + rn[:, None] * swn + kk[None, :], mask=wm, other=0.0)      # [BN, BK]
         if IEEE:
-            acc += tl.dot(x, tl.trans(w), input_precision="tf32x3")
+            acc += dot_f32(x, tl.trans(w), None, IEEE)
         else:
             acc += tl.dot(x, tl.trans(w))
     tl.store(o_ptr + rm[:, None] * som + rn[None, :], acc.to(o_ptr.dtype.element_ty),
@@ -56,7 +60,7 @@ def dense_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     w = w if w.stride(-1) == 1 else w.contiguous()
     M, K = x.shape
     N = w.shape[0]
-    ieee = x.dtype == torch.float32
+    ieee = ieee_code(x.dtype)           # float32: the backend's dot precision (dot_precision.py)
     BK = 32 if ieee else 64
     out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(N, 64), triton.cdiv(M, BM))

@@ -17,6 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_dot import dot_f32
+
 _TWO23 = tl.constexpr(8388608.0)     # 2^23
 
 
@@ -113,8 +115,10 @@ def _xload(xp, rows, kx, M, K, EVEN_K: tl.constexpr):
 
 @triton.jit
 def _dot1(xt, w, acc, IEEE: tl.constexpr):
+    """IEEE: 0 for 16-bit activations, else the code of the float32 dot precision of the
+    backend the launcher runs on (engine.weights.dot_precision: tf32x3 on CUDA, bf16x6 on ROCm)."""
     if IEEE:
-        return tl.dot(w, xt, acc, input_precision="tf32x3")
+        return dot_f32(w, xt, acc, IEEE)
     else:
         return tl.dot(w, xt, acc)
 

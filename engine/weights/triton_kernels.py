@@ -20,9 +20,11 @@ one tile of ``BK = 256`` values at a time:
   as gguf's numpy code does), then casts to the activations' dtype,
 * and for every 16-row slice of ``x`` (``NMB`` = ceil(M/16) slices, each its own float32
   accumulator) does ``acc += x_slice[16, BK] @ w_tile[BK, BN]`` with ``tl.dot`` (tensor cores
-  for bf16/fp16; for float32 ``input_precision="tf32x3"``: three TF32 tensor-core products
-  per dot, float32 accuracy (measured 2-5e-7 relative, like cuBLAS's float32 GEMM) at tensor-core
-  speed, where IEEE FMAs made a float32 pass 3.5x a bfloat16 one).
+  for bf16/fp16; for float32 the backend's precision, ``dot_precision.py``: on CUDA
+  ``"tf32x3"``, three TF32 tensor-core products per dot, float32 accuracy (measured 2-5e-7
+  relative, like cuBLAS's float32 GEMM) at tensor-core speed, where IEEE FMAs made a float32
+  pass 3.5x a bfloat16 one; on ROCm ``"bf16x6"``, six bf16 WMMA products, as accurate as
+  float32 FMAs: RDNA has no float32 matrix units).
 
 The nibble planes are not reordered in registers: a Q4 tile is dotted as two halves (the low
 nibbles and the high nibbles), each against the activations gathered at the K positions those
@@ -72,6 +74,7 @@ import functools
 import torch
 import triton
 
+from .dot_precision import gpu_backend, ieee_code
 from .triton_int8 import _i8_matmul
 from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel
 
@@ -234,19 +237,27 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
     """The dequantizing kernel over x2's rows, 64 at a time: dst rows follow x2's (stride som;
     split partials at stride sop)."""
     grid = (triton.cdiv(n, cfg["BN"]), cfg["splits"])
+    # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
+    # dot_precision.py); 0 for 16-bit activations
+    ieee = ieee_code(x2.dtype)
     for r0 in range(0, x2.shape[0], MAX_ROWS):
         xc = x2[r0:r0 + MAX_ROWS]
         m = xc.shape[0]
         nmb = triton.cdiv(m, 16)
         key = (qtype, n, k, nmb, x2.dtype)
         stages = cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"]
+        if ieee and gpu_backend() == "hip":
+            # float32 on ROCm: 2-3 pipeline stages of float32 tiles need 114-164 KB of shared
+            # memory and RDNA has 64 KB (the AOT compile check, engine.model.kernel_catalog):
+            # one stage. Stages move loads, not arithmetic: the bits do not change.
+            stages = 1
         while True:
             try:
                 _packed_mm_kernel[grid](
                     xc, dst[r0 * som:], *planes, m, n, k, xc.stride(0), som, sop,
                     k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (specialized)
                     TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=nmb,
-                    SPLIT=split, EVEN_K=k % 256 == 0, IEEE=x2.dtype == torch.float32,
+                    SPLIT=split, EVEN_K=k % 256 == 0, IEEE=ieee,
                     SB=cfg["SB"], JS=cfg["JS"], SWIGLU=swiglu, num_warps=cfg["num_warps"],
                     num_stages=_FEWER_STAGES.get(key, stages))
                 break

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm
 
 @pytest.fixture(scope="module")
 def fast_runtime(loaded_model):
-    return Runtime(loaded_model, "cpu", "float32", weights="packed")
+    return Runtime(loaded_model, "cpu", "auto", weights="packed")      # auto: bfloat16 int4 kernels
 
 
 def test_fast_runtime_layout(fast_runtime, loaded_model):
@@ -56,15 +56,15 @@ def test_fast_runtime_layout(fast_runtime, loaded_model):
 def test_auto_packs_on_the_cpu_only_what_the_int4_kernels_take(loaded_model, tmp_path):
     avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
     assert cpu_fast_fits(loaded_model) == avx512                 # Q4_1 layers
-    rt = Runtime(loaded_model, "cpu", "float32")
+    rt = Runtime(loaded_model, "cpu", "auto")
     assert rt.weights_mode == ("packed" if avx512 else "dequantized")
     assert rt.model.cpu_fast == avx512
     # Q4_K_M keeps some layers in Q6_K, which has no int4 layout: auto stays float32 there
     q4km = load_model(write_model(tmp_path / "m.gguf", SHAPES["tiny"], "Q4_K_M", progress=None))
     assert not cpu_fast_fits(q4km)
-    assert Runtime(q4km, "cpu", "float32").weights_mode == "dequantized"
+    assert Runtime(q4km, "cpu", "auto").weights_mode == "dequantized"
     # asked for, it is packed: Q4_K on the int4 kernels, Q6_K on the exact path
-    rt = Runtime(q4km, "cpu", "float32", weights="packed")
+    rt = Runtime(q4km, "cpu", "auto", weights="packed")
     kinds = {k for L in rt.model.layers for v in L.values() if hasattr(v, "kernels")
              for k in v.kernels}
     assert kinds == ({"cpu_fast", "packed"} if cpu_fast_available() else {"packed"})

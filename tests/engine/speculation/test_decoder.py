@@ -96,7 +96,8 @@ def test_the_typed_report_keeps_the_json_keys_and_round_trips(cpu_runtime) -> No
         "text", "tokens", "new_tokens", "prompt_tokens", "windows", "forward_passes",
         "proposed_draft_tokens", "accepted_draft_tokens", "tokens_per_pass", "accept_rate_by_depth",
         "tok_s", "wall_s", "load_s", "finish_reason", "retired", "ar_windows", "ar_floor", "profile",
-        "device", "dtype", "weights", "weight_format", "weight_bytes", "model", "config"]
+        "device", "dtype", "activation_dtype", "weights", "weight_format", "weight_bytes", "model",
+        "config"]
     back = RunReport.from_dict(json.loads(json.dumps({**report, "decode_tok_s": 1.0})))
     assert back.to_dict() == report and back == dec.run_report()
     drafted = {**report, "draft_ms": 3.5, "draft_ms_per_token": None}

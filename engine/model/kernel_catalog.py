@@ -1,0 +1,371 @@
+"""Every Triton kernel the engine launches, in every configuration it launches it.
+
+One list, shared by the ahead-of-time compile check (``tests/engine/model/test_kernel_catalog.py``
+in ``make test``; ``specscope doctor --compile-for gfx1100,gfx1151,gfx1201``), the doctor's
+on-device checks and ``bench/amdgcn_mix.py``. A *site* is one launcher (the host function that
+issues ``kernel[grid](...)``) with
+
+* ``configs(target, scope)``: calls of the launcher on meta tensors, one per configuration it
+  picks on that target (the launcher's own configuration function enumerates them, never a copy
+  of its rules); ``engine.model.kernel_aot.record`` captures the launches they issue, so the
+  compile check sees exactly the kernels, constexprs and options a real call launches;
+* ``smoke(device)``: the launcher on tiny real inputs, with the torch reference it must match
+  (the doctor runs it on the user's card).
+
+``scope``: "full" is every configuration (each packed type x row class NMB 1..4 x dtype x the
+shape classes the configuration function yields: wide / split K / odd superblock count or K;
+the int8 path's tiles; attention per graph bucket class and head layout; the dense kernel per
+dtype); "quick" is the cross-section ``make test`` compiles for every target (see ``QUICK``).
+
+Adding a kernel
+---------------
+1. Launch it from a host function as usual (``my_kernel[grid](...)``), importing Triton lazily.
+2. Write ``_my_configs(target, scope)`` yielding ``(label, call)`` pairs, ``call()`` running
+   your launcher on meta tensors for one configuration (use ``_meta`` and, for sizes, your
+   launcher's configuration function with ``target.units``); and ``_my_smoke(device)``
+   returning ``[(label, got, want, tolerance)]`` (relative to ``want``'s largest magnitude).
+3. Append ``Site("my kernel", _my_configs, _my_smoke)`` to ``SITES``.
+``test_every_launched_kernel_is_in_the_catalog`` scans ``engine/`` for ``name[grid](`` launches
+of ``@triton.jit`` kernels and fails until each one shows up in some site's recorded launches.
+
+Imported lazily (the doctor, the tests, bench scripts): nothing here runs when the engine decodes.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from engine.model.kernel_aot import (TARGETS, Compiled, Launch, Target, compile_key,
+                                     compile_launch, record)
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+ROW_CLASSES = (1, 17, 33, 49)          # NMB = ceil(M / 16) = 1..4 (33 and 49: the wide stages)
+
+# (N, K) of the linear weights of models the users run (q, k/v, gate/up, down, LM head), and a
+# Llama-2-7B-like down projection whose K has an odd superblock count (43)
+MODEL_SHAPES = (
+    (576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576),              # SmolLM2-135M
+    (4096, 4096), (1024, 4096), (12288, 4096), (4096, 12288), (151936, 4096),    # Qwen3-8B
+    (11008, 4096), (4096, 11008),                                                # Llama-2-7B
+)
+# attention: (query heads, kv heads, head size) of SmolLM2-135M, Qwen3-8B, Llama-2-7B, Qwen2.5-7B
+HEAD_LAYOUTS = ((9, 3, 64), (32, 8, 128), (32, 32, 128), (28, 4, 128))
+
+SCOPES = ("full", "quick", "kernels")
+Call = Callable[[], object]
+Smoke = list[tuple[str, torch.Tensor, torch.Tensor, float]]
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    configs: Callable[[Target, str], Iterator[tuple[str, Call]]]
+    smoke: Callable[[torch.device], Smoke]
+
+
+def _meta(*shape, dtype=torch.float32) -> torch.Tensor:
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# packed matmul (engine.weights.triton_kernels.packed_matmul)
+
+
+def _meta_packed(qtype: str, n: int, k: int, device="meta"):
+    from engine.weights.packed import PackedWeight, plane_shapes
+    return PackedWeight(qtype, (n, k), {p: torch.empty(s, dtype=d, device=device)
+                                        for p, (s, d) in plane_shapes(qtype, n, k).items()})
+
+
+def packed_shape_classes(qtype: str, units: int, i8: bool = False) -> list[tuple[str, int, int, dict]]:
+    """One (class, N, K, config) per distinct configuration ``kernel_config`` picks for the
+    model shapes on a card with ``units`` compute units: the class names what differs (row
+    block and warps, split K or not, superblocks per step, K a multiple of 256 or not)."""
+    from engine.weights import triton_kernels as tk
+    sb = tk._SUPERBLOCK[qtype]
+    seen: dict = {}
+    for n, k in MODEL_SHAPES:
+        if k % sb:
+            continue
+        cfg = tk.kernel_config(qtype, n, k, units, **({"I8": 1} if i8 else {}))
+        split = " split" if cfg["splits"] > 1 else ""
+        if i8:
+            cls = "int8" + split
+        else:
+            cls = (f"BN{cfg['BN']}w{cfg['num_warps']}s{cfg['num_stages']}{split}"
+                   + (f" SB{cfg['SB']}" if qtype.endswith("_K") else "")
+                   + ("" if k % 256 == 0 else " K%256"))
+        seen.setdefault(cls, (cls, n, k, cfg))
+    return list(seen.values())
+
+
+def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
+    """full: type x shape class x dtype x NMB. quick: per (type a, dtype b) one launch, class
+    (a + b) mod classes and NMB (a + 2b) mod 4 + 1 (a Latin square: every dtype meets every
+    NMB, every type meets every dtype and up to three classes). kernels: one row slice (the
+    decode path) in float32 (Q4_K) and bfloat16 (Q6_K, a split-K shape)."""
+    from engine.weights import triton_kernels as tk
+    for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
+        classes = packed_shape_classes(qtype, t.units)
+        for b, dtype in enumerate(DTYPES):
+            for c, (cls, n, k, cfg) in enumerate(classes):
+                for m in ROW_CLASSES:
+                    nmb = (m + 15) // 16
+                    if scope == "quick" and (c != (a + b) % len(classes)
+                                             or nmb != (a + 2 * b) % 4 + 1):
+                        continue
+                    if scope == "kernels" and (qtype, _dt(dtype), c, nmb) not in (
+                            ("Q4_K", "float32", len(classes) - 1, 1), ("Q6_K", "bfloat16", 0, 1)):
+                        continue
+                    label = f"{qtype} {_dt(dtype)} NMB{nmb} {n}x{k} {cls}"
+                    yield label, (lambda m=m, k=k, n=n, q=qtype, d=dtype, c=cfg:
+                                  tk.packed_matmul(_meta(m, k, dtype=d), _meta_packed(q, n, k), **c))
+
+
+def _i8_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
+    """full: dtype x 16/32/64-row tile x split or not x residual plane or not. quick:
+    bfloat16 32-row tile with the residual, float16 64-row tile without; kernels: the first."""
+    from engine.weights import triton_kernels as tk
+    for qtype in tk._I8_TYPES:
+        classes = packed_shape_classes(qtype, t.units, i8=True)
+        for c, (cls, n, k, cfg) in enumerate(classes):
+            for dtype in (torch.bfloat16, torch.float16):
+                for m in (1, 17, 33):              # 16-, 32- and 64-row tiles
+                    for x2 in (1, 0):
+                        keep = [(0, "bfloat16", 17, 1), (len(classes) - 1, "float16", 33, 0)]
+                        if scope != "full" and (c, _dt(dtype), m, x2) not in keep[:2 if scope == "quick" else 1]:
+                            continue
+                        label = f"{qtype} {_dt(dtype)} M{m} {n}x{k} {cls} X2={x2}"
+                        yield label, (lambda m=m, k=k, n=n, q=qtype, d=dtype, c=cfg, x2=x2:
+                                      tk.packed_matmul(_meta(m, k, dtype=d), _meta_packed(q, n, k),
+                                                       **dict(c, I8_X2=x2)))
+
+
+def random_packed(qtype: str, n: int, k: int, seed: int = 0):
+    """(packed weight, float32 dequantization [n, k]) of random GGUF blocks with sane scales."""
+    import numpy as np
+    from gguf import GGMLQuantizationType
+    from gguf.constants import GGML_QUANT_SIZES
+
+    from engine.weights import dequantize_packed, pack
+    rng = np.random.default_rng(seed)
+    bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType[qtype]]
+    nb = k // bs
+    raw = rng.integers(0, 256, size=(n, nb, ts), dtype=np.uint8)
+
+    def f16(off, lo, hi):
+        v = rng.uniform(lo, hi, size=(n, nb)).astype(np.float16)
+        raw[:, :, off:off + 2] = v.view(np.uint8).reshape(n, nb, 2)
+
+    scales = {"Q8_0": [(0, 1e-3, 1e-2)], "Q4_0": [(0, 1e-2, 2e-2)],
+              "Q4_1": [(0, 1e-2, 2e-2), (2, -0.1, 0.0)], "Q4_K": [(0, 1e-3, 3e-3), (2, 1e-3, 3e-3)],
+              "Q5_K": [(0, 1e-3, 3e-3), (2, 1e-3, 3e-3)], "Q6_K": [(208, 1e-4, 3e-4)]}
+    for off, lo, hi in scales[qtype]:
+        f16(off, lo, hi)
+    w = pack(torch.from_numpy(raw.reshape(n, nb * ts)), qtype)
+    return w, dequantize_packed(w)
+
+
+def _packed_smoke(device: torch.device) -> Smoke:
+    from engine.weights import triton_kernels as tk
+    out = []
+    g = torch.Generator().manual_seed(1)
+    for qtype in tk.SUPPORTED_QTYPES:
+        w, ref = random_packed(qtype, 96, 512)
+        w = w.to(device)
+        x = torch.randn(17, 512, generator=g)
+        for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 5e-3)):
+            xd = x.to(device, dtype)
+            want = xd.float().cpu() @ ref.T
+            got = tk.packed_matmul(xd, w)
+            out.append((f"{qtype} {_dt(dtype)} 17 rows", got.float().cpu(), want, tol))
+            one = tk.packed_matmul(xd[16:17], w)     # a row alone equals it in the 17-row call
+            out.append((f"{qtype} {_dt(dtype)} row 16 alone", one.float().cpu(),
+                        got[16:17].float().cpu(), 0.0))
+    w, ref = random_packed("Q4_K", 40, 1024, seed=5)
+    xd = torch.randn(5, 1024, generator=g).to(device, torch.float16)
+    got = tk.packed_matmul(xd, w.to(device), splits=2, I8=1)
+    out.append(("Q4_K int8 float16 split K", got.float().cpu(), xd.float().cpu() @ ref.T, 2e-3))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# dense row-invariant matmul (engine.weights.triton_dense.dense_matmul)
+
+
+def _dense_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
+    """full: two model shapes and an odd K x dtype x M in (1, 16, 17) (Triton specializes
+    M == 1 and M % 16 == 0). quick: each dtype at M = 17; kernels: float32 only."""
+    from engine.weights.triton_dense import dense_matmul
+    for n, k in ((49152, 576), (4096, 4096), (96, 200)):
+        for dtype in DTYPES:
+            for m in (1, 16, 17):
+                if scope != "full" and ((n, m) != (49152, 17)
+                                        or (scope == "kernels" and dtype != torch.float32)):
+                    continue
+                yield (f"{_dt(dtype)} M{m} {n}x{k}",
+                       lambda m=m, n=n, k=k, d=dtype: dense_matmul(_meta(m, k, dtype=d),
+                                                                   _meta(n, k, dtype=d)))
+
+
+def _dense_smoke(device: torch.device) -> Smoke:
+    from engine.weights.triton_dense import dense_matmul
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(17, 200, generator=g), torch.randn(96, 200, generator=g)
+    out = []
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 5e-3)):
+        xd, wd = x.to(device, dtype), w.to(device, dtype)
+        want = xd.float().cpu() @ wd.float().cpu().T
+        got = dense_matmul(xd, wd)
+        out.append((f"{_dt(dtype)} 17x200 @ 200x96", got.float().cpu(), want, tol))
+        out.append((f"{_dt(dtype)} row 5 alone", dense_matmul(xd[5:6], wd).float().cpu(),
+                    got[5:6].float().cpu(), 0.0))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# layout-invariant attention (engine.model.triton_attention.layout_attention_triton)
+
+
+def _graph_layout(rows: int, device="meta"):
+    """The WindowLayout of a graph bucket, laid out as runtime._GraphBucket lays it out (one
+    packed long tensor: tokens, depths, n, the ancestor table), so pointer alignment matches."""
+    from engine.model.attention import WindowLayout
+    B = rows
+    packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=device)
+    return WindowLayout(packed[2 * B], packed[B:2 * B], packed[2 * B + 1:].view(B, B))
+
+
+def _attention_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
+    """full: head layout x dtype x graph bucket class (1 row: the ancestor table's stride is
+    specialized to 1; 2: even; 16: a multiple of 16) at a 2048-slot cache, and 256 / 32768
+    slots (1 and 128 splits) for the first layout. quick: per dtype one layout and bucket
+    class. kernels: float32 and bfloat16."""
+    from engine.model.triton_attention import layout_attention_triton
+    for a, (hq, hkv, d) in enumerate(HEAD_LAYOUTS):
+        for b, dtype in enumerate(DTYPES):
+            for c, rows in enumerate((1, 2, 16)):
+                for cap in (2048, 256, 32768):
+                    if cap != 2048 and (a or scope != "full"):
+                        continue
+                    if scope in ("quick", "kernels") and (a != b or c != b):
+                        continue
+                    if scope == "kernels" and dtype == torch.float16:
+                        continue
+
+                    def call(hq=hq, hkv=hkv, d=d, cap=cap, rows=rows, dtype=dtype):
+                        kv = _meta(2, hkv, cap, d, dtype=dtype)       # one layer of the cache
+                        layout_attention_triton(_meta(rows, hq, d, dtype=dtype), kv[0], kv[1],
+                                                _graph_layout(rows))
+                    yield f"{_dt(dtype)} heads {hq}/{hkv}x{d} cache {cap} rows {rows}", call
+
+
+def _attention_smoke(device: torch.device) -> Smoke:
+    from engine.model.attention import ancestor_table, layout_attention, WindowLayout
+    from engine.model.triton_attention import layout_attention_triton
+    g = torch.Generator().manual_seed(3)
+    R, hq, hkv, d, cap, n = 5, 8, 2, 64, 512, 300
+    depths = [0, 1, 1, 2, 3]                 # a small tree: rows 1 and 2 siblings
+    parent = [-1, 0, 0, 1, 3]
+    anc_mask = torch.zeros(R, R, dtype=torch.bool)
+    for r in range(R):
+        a = r
+        while a >= 0:
+            anc_mask[r, a] = True
+            a = parent[a]
+    anc = ancestor_table(depths, anc_mask)
+    q = torch.randn(R, hq, d, generator=g)
+    kv = torch.randn(2, hkv, cap, d, generator=g)
+    lay = WindowLayout(n, torch.tensor(depths), anc)
+    want = layout_attention(q, kv[0], kv[1], lay)
+    out = []
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 5e-3)):
+        qd, kvd = q.to(device, dtype), kv.to(device, dtype)
+        dl = WindowLayout(torch.tensor(n, device=device), lay.depth.to(device), anc.to(device))
+        got = layout_attention_triton(qd, kvd[0], kvd[1], dl)
+        ref = layout_attention(qd.float().cpu(), kvd[0].float().cpu(), kvd[1].float().cpu(), lay)
+        out.append((f"{_dt(dtype)} tree of {R} rows at {n}", got.float().cpu(), ref, tol))
+        one = WindowLayout(torch.tensor(n + 3, device=device), torch.zeros(1, dtype=torch.long,
+                           device=device), torch.zeros(1, 1, dtype=torch.long, device=device))
+        # the deepest row alone, its ancestors committed at n..n+3 in the same slots' order
+        kv1 = kvd.clone()
+        for j, a in enumerate((0, 1, 3, 4)):
+            kv1[:, :, n + j] = kvd[:, :, n + a]
+        alone = layout_attention_triton(qd[4:5], kv1[0], kv1[1], one)
+        out.append((f"{_dt(dtype)} deepest row alone", alone.float().cpu(),
+                    got[4:5].float().cpu(), 0.0))
+    assert want.shape == (R, hq, d)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+SITES = (
+    Site("packed matmul", _packed_configs, _packed_smoke),
+    Site("packed matmul, int8 path", _i8_configs, lambda device: []),
+    Site("dense matmul", _dense_configs, _dense_smoke),
+    Site("attention", _attention_configs, _attention_smoke),
+)
+
+
+def launches(target: Target, scope: str = "full",
+             sites: tuple[Site, ...] = SITES) -> list[Launch]:
+    """Every distinct launch (one per compile) the sites issue on ``target``."""
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    out: dict = {}
+    for site in sites:
+        for label, call in site.configs(target, scope):
+            for launch in record(call, target.backend, f"{site.name}: {label}"):
+                out.setdefault(compile_key(launch, target), launch)
+    return list(out.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# compiling the catalog
+
+
+@functools.lru_cache(maxsize=None)
+def _launches_cached(target_name: str, scope: str) -> tuple[Launch, ...]:
+    return tuple(launches(TARGETS[target_name], scope))
+
+
+def _compile_one(target_name: str, scope: str, index: int) -> Compiled:
+    """One job of ``compile_targets`` (a worker process re-derives the same launch list)."""
+    launch = _launches_cached(target_name, scope)[index]
+    res = compile_launch(launch, TARGETS[target_name])
+    res.asm = {}
+    return res
+
+
+def compile_targets(targets: list[Target], scope: str = "quick", workers: int = 1,
+                    progress: Callable[[int, int, Compiled], None] | None = None) -> list[Compiled]:
+    """Compile every launch of ``scope`` for each target, ``workers`` processes at a time
+    (each compile is single-threaded). ``progress(done, total, result)`` after each."""
+    jobs = [(t.name, scope, i) for t in targets for i in range(len(_launches_cached(t.name, scope)))]
+    # interleave the targets, so an early stop still covers each
+    jobs.sort(key=lambda j: (j[2], j[0]))
+    out: list[Compiled] = []
+    if workers <= 1:
+        for j in jobs:
+            out.append(_compile_one(*j))
+            if progress:
+                progress(len(out), len(jobs), out[-1])
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_compile_one, *j) for j in jobs]
+        for f in as_completed(futures):
+            out.append(f.result())
+            if progress:
+                progress(len(out), len(jobs), out[-1])
+    return out
