@@ -33,14 +33,20 @@ class RuntimeInfo:
     dtype: str
     weights: str
     load_s: float
+    activation_dtype: str = ""     # what the matmuls compute in (the int4 CPU kernels: bfloat16)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "dtype": self.dtype, "weights": self.weights,
-                "load_s": self.load_s}
+                "activation_dtype": self.activation_dtype or self.dtype, "load_s": self.load_s}
 
 
 def model_name(rt) -> str:
     return Path(str(rt.model_id)).name
+
+
+def activation_dtype(rt) -> str:
+    """The dtype the model's matmuls compute in (a runtime without the notion: its dtype)."""
+    return getattr(rt, "activation_dtype", None) or rt.dtype_name
 
 
 class ModelHost:
@@ -67,4 +73,4 @@ class ModelHost:
             progress("model ready", 1.0)
         rt = self.rt
         return rt, RuntimeInfo(model_name(rt), rt.device_name, rt.dtype_name, rt.weights_label,
-                               time.perf_counter() - t0)
+                               time.perf_counter() - t0, activation_dtype(rt))

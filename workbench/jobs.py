@@ -62,7 +62,7 @@ def live_run(host, prompt: Any, settings: DecodeSettings, controls: queue.Queue,
         from engine.session import draft_opener
         from engine.speculation.decoder import Decoder
 
-        from workbench.host import model_name
+        from workbench.host import activation_dtype, model_name
         spec = host.spec
         if spec not in host.profiles:
             if probe:
@@ -83,7 +83,8 @@ def live_run(host, prompt: Any, settings: DecodeSettings, controls: queue.Queue,
         ids = encode_prompt(rt.tokenizer, prompt)
         dec = Decoder(rt, ids, s, controls=controls, stop=ctx.stop, open_model=draft_opener(rt))
         ctx.note(RunStarted({"settings": s.to_dict(), "model": model_name(rt), "device": rt.device_name,
-                             "dtype": rt.dtype_name, "weights": rt.weights_label, "prompt": prompt,
+                             "dtype": rt.dtype_name, "weights": rt.weights_label,
+                             "activation_dtype": activation_dtype(rt), "prompt": prompt,
                              "prompt_tokens": len(ids)}))
         ctx.state("running")
         gen = dec.windows()
