@@ -38,11 +38,12 @@ def headless_run(rt, ids, settings, in_thread: bool = True) -> dict:
     """The decoder alone. In a plain thread by default, as the GUI's worker runs it: on a busy
     CPU, torch in the main thread was measured 2-4x slower than in a second thread, which would
     otherwise be mistaken for a GUI speed-up."""
-    from workbench import engine_api
+    from engine.session import draft_opener
+    from engine.speculation.decoder import Decoder
     out: list[dict] = []
 
     def go() -> None:
-        dec = engine_api.Decoder(rt, ids, settings)
+        dec = Decoder(rt, ids, settings, open_model=draft_opener(rt))
         for _ in dec.windows():
             pass
         out.append(dec.report())
@@ -56,11 +57,11 @@ def headless_run(rt, ids, settings, in_thread: bool = True) -> dict:
     return out[0]
 
 
-def gui_run(app, spec, prompt, settings) -> dict:
+def gui_run(app, spec, prompt, settings, host) -> dict:
     from PySide6.QtCore import QEventLoop, QTimer
 
     from workbench.window import MainWindow
-    win = MainWindow(spec, prompt=prompt, settings=settings, probe=False)
+    win = MainWindow(spec, prompt=prompt, settings=settings, probe=False, host=host)
     win.show()
     app.processEvents()
     gaps: list[float] = []
@@ -76,8 +77,8 @@ def gui_run(app, spec, prompt, settings) -> dict:
     hb.setInterval(HEARTBEAT_MS)
     hb.timeout.connect(beat)
     loop = QEventLoop()
-    win.worker.run_finished.connect(lambda *_: loop.quit())
-    win.worker.failed.connect(lambda *_: loop.quit())
+    win.run.finished.connect(lambda *_: loop.quit())
+    win.run.failed.connect(lambda *_: loop.quit())
     win.start_run()
     hb.start()
     w0, c0 = time.perf_counter(), time.thread_time()
@@ -116,25 +117,29 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from workbench import engine_api, theme
-    from workbench.worker import RuntimeSpec, preload_runtime
+    from engine.io.prompts import default_prompt, encode_prompt
+    from engine.session import open_runtime
+
+    from workbench import theme
+    from workbench.host import ModelHost, RuntimeSpec
 
     app = QApplication.instance() or QApplication(["bench_gui"])
     theme.apply_theme(app)
     spec = RuntimeSpec(a.model, a.device, a.dtype)
     t0 = time.perf_counter()
-    rt = engine_api.open_runtime(a.model, a.device, a.dtype)
+    rt = open_runtime(a.model, a.device, a.dtype)
     load_s = time.perf_counter() - t0
-    preload_runtime(spec, rt)
-    prompt = engine_api.default_prompt()
-    ids = engine_api.encode_prompt(rt, prompt)
+    host = ModelHost()
+    host.preload(spec, rt)
+    prompt = default_prompt()
+    ids = encode_prompt(rt.tokenizer, prompt)
     settings = DecodeSettings(draft=a.draft, depth=a.depth, width=a.width, max_new_tokens=a.max_new_tokens)
 
     headless_run(rt, ids, settings)                     # warm-up (allocator, caches)
     runs: dict[str, list[dict]] = {"headless": [], "gui": [], "headless_main": []}
     for i in range(a.repeats):
         runs["headless"].append(headless_run(rt, ids, settings))
-        runs["gui"].append(gui_run(app, spec, prompt, settings))
+        runs["gui"].append(gui_run(app, spec, prompt, settings, host))
         runs["headless_main"].append(headless_run(rt, ids, settings, in_thread=False))
         h, g, m = runs["headless"][-1], runs["gui"][-1], runs["headless_main"][-1]
         print(f"round {i + 1}: headless {h['tok_s']:.2f} tok/s (main thread {m['tok_s']:.2f}), "

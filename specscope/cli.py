@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from engine.errors import SpecscopeError
-from engine.speculation.settings import DRAFTERS, MATCH_RULES, USER_DEFAULTS, DecodeSettings
+from engine.speculation.settings import USER_DEFAULTS, DecodeSettings
 from specscope.bench import add_bench_args
 from specscope.lesson_cmd import add_lesson_args, run_lesson_cmd
 from specscope.doctor import add_doctor_args
@@ -43,58 +43,49 @@ def add_model_args(p: argparse.ArgumentParser, top: bool = True) -> None:
                         "activations), else dequantized")
 
 
+def _add_setting(g, f, default, dest: str | None = None) -> None:
+    """One flag from its row of engine.speculation.setting_fields (the Controls panel's inputs
+    come from the same rows, so the two keep one name, type and help)."""
+    extra = {"dest": dest} if dest else {}
+    if f.kind is bool:
+        g.add_argument(f.flag, action=argparse.BooleanOptionalAction, default=default, help=f.help, **extra)
+    else:
+        g.add_argument(f.flag, type=None if f.kind is str else f.kind, default=default,
+                       choices=f.choices or None, metavar=f.metavar, help=f.help, **extra)
+
+
 def add_decode_args(p: argparse.ArgumentParser) -> None:
+    from engine.speculation.setting_fields import FIELDS
     d = USER_DEFAULTS              # adaptive with the AR floor: --no-adaptive --no-ar-floor for fixed
     g = p.add_argument_group("prompt")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="raw text to continue (no chat template)")
     src.add_argument("--prompt-file", help=".txt: raw text; .json: chat messages (chat template)")
-    g = p.add_argument_group("drafting")
-    g.add_argument("--draft", default=d.draft, choices=DRAFTERS,
-                   help="lookup / tree: n-gram drafts from the context; model: a draft model "
-                        "(--draft-model); early-exit: the target's first --exit-layer layers")
-    g.add_argument("--draft-model", default=d.draft_model, metavar="PATH",
-                   help="--draft model: a .gguf file or HF folder with the target's vocabulary")
-    g.add_argument("--exit-layer", type=int, default=d.exit_layer, metavar="K",
-                   help="--draft early-exit: how many of the target's layers draft")
-    g.add_argument("--takeover", action=argparse.BooleanOptionalAction, default=d.takeover,
-                   help="--draft model / early-exit: each window, the n-gram tree, the model or a "
-                        "plain step, whichever is expected to emit the most tokens per ms "
-                        "(measured on this device; the tree drafts to depth max(--depth, 8))")
-    g.add_argument("--depth", type=int, default=d.depth, help="draft tokens per branch")
-    g.add_argument("--width", type=int, default=d.width, help="branches of the tree drafter")
-    g.add_argument("--ngram-min", type=int, default=d.ngram_min)
-    g.add_argument("--ngram-max", type=int, default=d.ngram_max)
-    g.add_argument("--match", default=d.match, choices=MATCH_RULES,
-                   help="which earlier occurrence the lookup drafter copies")
-    g.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=d.adaptive,
-                   help="price every window on the device's cost profile and pick depth/width")
-    g.add_argument("--ar-floor", action=argparse.BooleanOptionalAction, default=d.ar_floor,
-                   help="retire to plain decoding when speculation is not cheaper")
-    g = p.add_argument_group("sampling")
-    c = d.sampling
-    g.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    g.add_argument("--temperature", type=float, default=c.temperature, help="0 = greedy")
-    g.add_argument("--top-k", type=int, default=c.top_k)
-    g.add_argument("--top-p", type=float, default=c.top_p)
-    g.add_argument("--min-p", type=float, default=c.min_p)
-    g.add_argument("--seed", type=int, default=d.seed)
-    g.add_argument("--repeat-penalty", type=float, default=c.repeat_penalty)
-    g.add_argument("--presence-penalty", type=float, default=c.presence_penalty)
-    g.add_argument("--frequency-penalty", type=float, default=c.frequency_penalty)
-    g.add_argument("--penalty-window", type=int, default=c.penalty_window)
+    groups = {"drafting": p.add_argument_group("drafting"), "sampling": p.add_argument_group("sampling")}
+    for f in FIELDS:
+        _add_setting(groups["drafting" if f.group == "drafting" else "sampling"], f,
+                     getattr(d.sampling if f.sampling else d, f.name))
 
 
 def add_window_draft_args(w) -> None:
     """The drafter the window starts with (`generate` has its own --draft ...: these keep
     gui_ names so a value given before a subcommand never reaches it)."""
+    from engine.speculation.setting_fields import BY_NAME
     d = DecodeSettings()
-    w.add_argument("--draft", dest="gui_draft", default=d.draft, choices=DRAFTERS)
-    w.add_argument("--draft-model", dest="gui_draft_model", default=None, metavar="PATH")
-    w.add_argument("--exit-layer", dest="gui_exit_layer", type=int, default=d.exit_layer, metavar="K")
-    w.add_argument("--depth", dest="gui_depth", type=int, default=d.depth)
-    w.add_argument("--temperature", dest="gui_temperature", type=float, default=0.0,
-                   help="0 = greedy")
+    for name in ("draft", "draft_model", "exit_layer", "depth", "temperature"):
+        default = 0.0 if name == "temperature" else getattr(d, name)
+        _add_setting(w, BY_NAME[name], default, dest=f"gui_{name}")
+
+
+def window_size(text: str) -> tuple[int, int]:
+    """'1280x720' -> (1280, 720), for --size."""
+    try:
+        w, h = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT, e.g. 1280x720") from None
+    if not (320 <= w <= 10000 and 240 <= h <= 10000):
+        raise argparse.ArgumentTypeError(f"{w}x{h} is outside 320x240 .. 10000x10000")
+    return w, h
 
 
 def window_size(text: str) -> tuple[int, int]:

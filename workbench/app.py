@@ -65,10 +65,12 @@ def main(args: argparse.Namespace) -> int:
     from engine.model.device import leave_a_core_for_the_ui
     from engine.errors import SpecscopeError
 
-    from workbench import engine_api, theme
+    from engine.io.prompts import read_prompt_file
+
+    from workbench import theme
     from workbench.recording import load_recording
     from workbench.window import MainWindow
-    from workbench.worker import RuntimeSpec
+    from workbench.host import RuntimeSpec
 
     leave_a_core_for_the_ui()
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "specscope"])
@@ -80,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
             from engine.io.load import check_model
             check_model(args.model)
         if args.gui_prompt_file:
-            prompt = engine_api.read_prompt_file(args.gui_prompt_file)
+            prompt = read_prompt_file(args.gui_prompt_file)
         if args.replay:         # its reason on stderr too, not only in the window's banner
             load_recording(args.replay)
         settings = window_settings(args)

@@ -1,5 +1,8 @@
 """The controls panel: every DecodeSettings field, sent to the running decoder on each change.
 
+The inputs are made from engine.speculation.setting_fields, the table the command line's flags
+are made from too: the same ranges, and the flags' help as tooltips. This module only places them.
+
 A change builds a new DecodeSettings; if it validates it is emitted as `settings_changed` (the
 main window forwards it to the worker's control queue, and the decoder applies it at the next
 window boundary); if it does not, the ParameterError's message shows inline and nothing is sent.
@@ -7,15 +10,19 @@ window boundary); if it does not, the ParameterError's message shows inline and 
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QGroupBox, QHBoxLayout,
                                QLabel, QLineEdit, QRadioButton, QScrollArea, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
 from engine.errors import ParameterError
-from engine.speculation.sampling import SamplingConfig
-from engine.speculation.settings import DRAFTERS, MATCH_RULES, MODEL_DRAFTERS, NGRAM_DRAFTERS, DecodeSettings
+from engine.speculation.setting_fields import BY_NAME, FIELDS, SettingField
+from engine.speculation.settings import MODEL_DRAFTERS, NGRAM_DRAFTERS, DecodeSettings
 
 from workbench.widgets import pass_window_keys
+
+SAMPLED_TEMPERATURE = 0.7       # what the temperature field shows while greedy is chosen
 
 
 def _fit(w: QWidget) -> QWidget:
@@ -25,24 +32,59 @@ def _fit(w: QWidget) -> QWidget:
     return w
 
 
-def _spin(lo: int, hi: int, tip: str = "") -> QSpinBox:
-    s = QSpinBox()
-    _fit(s)
-    s.setRange(lo, hi)
-    s.setKeyboardTracking(False)        # send on Enter / arrows, not on every keystroke
-    s.setToolTip(tip)
-    return s
+def make_input(f: SettingField) -> QWidget:
+    """The input for one setting, from its row of the table."""
+    if f.kind is bool:
+        w = QCheckBox(f.label)
+    elif f.choices:
+        w = _fit(QComboBox())
+        w.addItems(list(f.choices))
+    elif f.kind is int:
+        w = _fit(QSpinBox())
+        w.setRange(int(f.lo), int(f.hi))
+        w.setKeyboardTracking(False)        # send on Enter / arrows, not on every keystroke
+    elif f.kind is float:
+        w = _fit(QDoubleSpinBox())
+        w.setRange(f.lo, f.hi)
+        w.setSingleStep(f.step)
+        w.setDecimals(f.decimals)
+        w.setKeyboardTracking(False)
+    else:
+        w = _fit(QLineEdit())
+        w.setPlaceholderText(f"{f.label}: {f.metavar or f.name}")
+    w.setToolTip(f"{f.help} ({f.flag})")
+    return w
 
 
-def _dspin(lo: float, hi: float, step: float, decimals: int, tip: str = "") -> QDoubleSpinBox:
-    s = QDoubleSpinBox()
-    _fit(s)
-    s.setRange(lo, hi)
-    s.setSingleStep(step)
-    s.setDecimals(decimals)
-    s.setKeyboardTracking(False)
-    s.setToolTip(tip)
-    return s
+def input_value(w: QWidget) -> Any:
+    if isinstance(w, QCheckBox):
+        return w.isChecked()
+    if isinstance(w, QComboBox):
+        return w.currentText()
+    if isinstance(w, QLineEdit):
+        return w.text().strip() or None
+    return w.value()
+
+
+def set_input(w: QWidget, value: Any) -> None:
+    if isinstance(w, QCheckBox):
+        w.setChecked(bool(value))
+    elif isinstance(w, QComboBox):
+        w.setCurrentText(str(value))
+    elif isinstance(w, QLineEdit):
+        w.setText(value or "")
+    else:
+        w.setValue(value)
+
+
+def changed_signal(w: QWidget):
+    if isinstance(w, QCheckBox):
+        return w.toggled
+    if isinstance(w, QComboBox):
+        return w.currentTextChanged
+    if isinstance(w, QLineEdit):
+        return w.editingFinished
+    return w.valueChanged
 
 
 def _group(title: str, rows: list) -> QGroupBox:
@@ -79,6 +121,17 @@ def _label(text: str) -> QLabel:
     return lab
 
 
+def _hbox(*widgets: QWidget, stretch: bool = False, spacing: int | None = None) -> QHBoxLayout:
+    box = QHBoxLayout()
+    if spacing is not None:
+        box.setSpacing(spacing)
+    for w in widgets:
+        box.addWidget(w)
+    if stretch:
+        box.addStretch(1)
+    return box
+
+
 class ControlsPanel(QScrollArea):
     settings_changed = Signal(object)     # a valid DecodeSettings
 
@@ -93,75 +146,30 @@ class ControlsPanel(QScrollArea):
         lay.setContentsMargins(8, 4, 8, 8)
         lay.setSpacing(6)
 
-        # drafting
-        self.draft = _fit(QComboBox())
-        self.draft.addItems(list(DRAFTERS))
-        self.draft.setToolTip("none: plain decoding · lookup: one prompt-lookup continuation · "
-                              "tree: the top n-gram matches as a token tree · model: a draft "
-                              "model's chain · early-exit: the target's first K layers draft")
-        self.exit_layer = _spin(1, 256, "early-exit: how many of the target's layers draft "
-                                        "(their keys are shared with the target)")
-        self.draft_model = _fit(QLineEdit())
+        # one input per setting, named as the setting (self.depth, self.top_p, ...)
+        self.inputs: dict[str, QWidget] = {f.name: make_input(f) for f in FIELDS}
+        for name, w in self.inputs.items():
+            setattr(self, name, w)
         self.draft_model.setPlaceholderText("draft model: .gguf file or HF folder")
-        self.draft_model.setToolTip("model: a draft model with the target's vocabulary "
-                                    "(loaded on the target's device at the next window)")
-        self.depth = _spin(0, 128, "draft tokens per branch")
-        self.width = _spin(0, 32, "branches of the tree drafter")
-        self.ngram_min = _spin(0, 32, "shortest n-gram to look up")
-        self.ngram_max = _spin(0, 32, "longest n-gram to look up (tried first)")
-        ngram = QHBoxLayout()
-        ngram.addWidget(self.ngram_min)
-        ngram.addWidget(QLabel("to"))
-        ngram.addWidget(self.ngram_max)
-        self.match = _fit(QComboBox())
-        self.match.addItems(list(MATCH_RULES))
-        self.match.setToolTip("which earlier occurrence the lookup drafter copies")
-        self.adaptive = QCheckBox("adaptive")
-        self.adaptive.setToolTip("price every window on the card's cost profile and pick depth and width "
-                                 "(model drafts: their draft passes priced on the same clock)")
-        self.takeover = QCheckBox("takeover")
-        self.takeover.setToolTip("model drafts: each window, the n-gram tree, the model or a plain "
-                                 "step, whichever is expected to emit the most tokens per ms")
-        self.ar_floor = QCheckBox("AR floor")
-        self.ar_floor.setToolTip("measure plain decoding and retire speculation when it is not cheaper")
-        flags = QHBoxLayout()
-        flags.addWidget(self.adaptive)
-        flags.addWidget(self.ar_floor)
-        flags.addWidget(self.takeover)
-        flags.addStretch(1)
-        lay.addWidget(_group("Drafting", [
-            ("drafter", self.draft), [("depth", self.depth), ("width", self.width)],
-            ("exit layer", self.exit_layer), ("draft model", self.draft_model),
-            ("n-gram", ngram), ("match", self.match), (None, flags)]))
 
-        # sampling
+        def at(name: str) -> tuple[str, QWidget]:
+            return BY_NAME[name].label, self.inputs[name]
+
+        ngram = _hbox(self.ngram_min, QLabel(BY_NAME["ngram_max"].label), self.ngram_max)
+        flags = _hbox(self.adaptive, self.ar_floor, self.takeover, stretch=True)
+        lay.addWidget(_group("Drafting", [
+            at("draft"), [at("depth"), at("width")], at("exit_layer"), at("draft_model"),
+            (BY_NAME["ngram_min"].label, ngram), at("match"), (None, flags)]))
+
+        # sampling: greedy, or sampled at the temperature shown
         self.greedy = QRadioButton("greedy")
         self.sampled = QRadioButton("sampled")
-        mode = QHBoxLayout()
-        mode.setSpacing(16)
-        mode.addWidget(self.greedy)
-        mode.addWidget(self.sampled)
-        mode.addStretch(1)
-        self.temperature = _dspin(0.0, 10.0, 0.05, 2, "softmax temperature (sampled mode)")
-        self.top_k = _spin(-1, 100000, "keep the k most likely tokens (0 = off)")
-        self.top_p = _dspin(0.0, 1.0, 0.05, 2, "nucleus: keep the smallest set with this mass (1 = off)")
-        self.min_p = _dspin(0.0, 1.0, 0.01, 2, "drop tokens below min-p × the top probability (0 = off)")
-        self.seed = _spin(0, 2**31 - 1, "seed of the sampling RNG (same seed, same tokens)")
         lay.addWidget(_group("Sampling", [
-            (None, mode), [("temp.", self.temperature), ("seed", self.seed)],
-            [("top-k", self.top_k), ("top-p", self.top_p)], [("min-p", self.min_p)]]))
-
-        # penalties
-        self.repeat_penalty = _dspin(0.0, 5.0, 0.05, 2, "divide positive logits of seen tokens (1 = off)")
-        self.presence_penalty = _dspin(-200.0, 200.0, 0.1, 2, "subtract once per seen token (0 = off)")
-        self.frequency_penalty = _dspin(-200.0, 200.0, 0.1, 2, "subtract per occurrence (0 = off)")
-        self.penalty_window = _spin(0, 100000, "how many recent tokens the penalties see (W)")
+            (None, _hbox(self.greedy, self.sampled, stretch=True, spacing=16)),
+            [at("temperature"), at("seed")], [at("top_k"), at("top_p")], [at("min_p")]]))
         lay.addWidget(_group("Penalties", [
-            [("repeat", self.repeat_penalty), ("presence", self.presence_penalty)],
-            [("freq.", self.frequency_penalty), ("window", self.penalty_window)]]))
-
-        self.max_new_tokens = _spin(0, 1_000_000, "stop after this many new tokens")
-        lay.addWidget(_group("Length", [("max tokens", self.max_new_tokens)]))
+            [at("repeat_penalty"), at("presence_penalty")], [at("frequency_penalty"), at("penalty_window")]]))
+        lay.addWidget(_group("Length", [at("max_new_tokens")]))
 
         self.error = QLabel("")
         self.error.setObjectName("error")
@@ -175,16 +183,11 @@ class ControlsPanel(QScrollArea):
         lay.addStretch(1)
 
         self._loading = False
+        self._last_valid = DecodeSettings()
         self.set_settings(DecodeSettings())
-        self.draft.currentTextChanged.connect(self._drafter_changed)
-        self.match.currentTextChanged.connect(self._changed)
-        for w in (self.adaptive, self.ar_floor, self.takeover, self.greedy):
-            w.toggled.connect(self._changed)
-        self.draft_model.editingFinished.connect(self._changed)
-        for w in (self.depth, self.width, self.exit_layer, self.ngram_min, self.ngram_max, self.top_k, self.seed,
-                  self.penalty_window, self.max_new_tokens, self.temperature, self.top_p, self.min_p,
-                  self.repeat_penalty, self.presence_penalty, self.frequency_penalty):
-            w.valueChanged.connect(self._changed)
+        for name, w in self.inputs.items():
+            changed_signal(w).connect(self._drafter_changed if name == "draft" else self._changed)
+        self.greedy.toggled.connect(self._changed)
         self._last_valid = self.settings()
         pass_window_keys(self)            # Space pauses and N steps with a number field focused
 
@@ -200,31 +203,15 @@ class ControlsPanel(QScrollArea):
 
     # ---- settings in and out ----------------------------------------------------------------
     def set_settings(self, s: DecodeSettings) -> None:
+        values = {**s.to_dict(), **s.to_dict()["sampling"]}
         self._loading = True
         try:
-            self.draft.setCurrentText(s.draft)
-            self.exit_layer.setValue(s.exit_layer)
-            self.draft_model.setText(s.draft_model or "")
-            self.depth.setValue(s.depth)
-            self.width.setValue(s.width)
-            self.ngram_min.setValue(s.ngram_min)
-            self.ngram_max.setValue(s.ngram_max)
-            self.match.setCurrentText(s.match)
-            self.adaptive.setChecked(s.adaptive)
-            self.ar_floor.setChecked(s.ar_floor)
-            self.takeover.setChecked(s.takeover)
-            c = s.sampling
-            (self.greedy if c.greedy else self.sampled).setChecked(True)
-            self.temperature.setValue(c.temperature if not c.greedy else 0.7)
-            self.top_k.setValue(c.top_k)
-            self.top_p.setValue(c.top_p)
-            self.min_p.setValue(c.min_p)
-            self.seed.setValue(s.seed)
-            self.repeat_penalty.setValue(c.repeat_penalty)
-            self.presence_penalty.setValue(c.presence_penalty)
-            self.frequency_penalty.setValue(c.frequency_penalty)
-            self.penalty_window.setValue(c.penalty_window)
-            self.max_new_tokens.setValue(s.max_new_tokens)
+            for name, w in self.inputs.items():
+                set_input(w, values[name])
+            greedy = s.sampling.greedy
+            (self.greedy if greedy else self.sampled).setChecked(True)
+            if greedy:
+                self.temperature.setValue(SAMPLED_TEMPERATURE)
         finally:
             self._loading = False
         self._last_valid = s
@@ -233,24 +220,13 @@ class ControlsPanel(QScrollArea):
 
     def settings(self) -> DecodeSettings:
         """The panel's settings; raises ParameterError for an invalid combination."""
-        sampled = self.sampled.isChecked()
-        if sampled and self.temperature.value() == 0:
-            raise ParameterError("sampled mode needs a temperature above 0 (or choose greedy)")
-        return DecodeSettings(
-            draft=self.draft.currentText(), depth=self.depth.value(), width=self.width.value(),
-            ngram_min=self.ngram_min.value(), ngram_max=self.ngram_max.value(),
-            match=self.match.currentText(), adaptive=self.adaptive.isChecked(),
-            exit_layer=self.exit_layer.value(), draft_model=self.draft_model.text().strip() or None,
-            ar_floor=self.ar_floor.isChecked(), takeover=self.takeover.isChecked(),
-            sampling=SamplingConfig(
-                temperature=self.temperature.value() if sampled else 0.0,
-                top_k=self.top_k.value(), top_p=self.top_p.value(), min_p=self.min_p.value(),
-                repeat_penalty=self.repeat_penalty.value(),
-                presence_penalty=self.presence_penalty.value(),
-                frequency_penalty=self.frequency_penalty.value(),
-                penalty_window=self.penalty_window.value()),
-            seed=self.seed.value(), max_new_tokens=self.max_new_tokens.value(),
-        )
+        values = {name: input_value(w) for name, w in self.inputs.items()}
+        if self.sampled.isChecked():
+            if values["temperature"] == 0:
+                raise ParameterError("sampled mode needs a temperature above 0 (or choose greedy)")
+        else:
+            values["temperature"] = 0.0
+        return DecodeSettings.from_dict(values)
 
     def valid_settings(self) -> DecodeSettings:
         """The last valid settings (what a new run starts with when the panel shows an error)."""

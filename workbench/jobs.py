@@ -1,78 +1,159 @@
-"""Background jobs that drive the model outside a live run: a sweep, a race.
-
-A `JobWorker` is the worker pattern of workbench.worker for one job at a time: a QThread that
-takes the process's one model (shared_runtime, under the same lock a live run holds, so the two
-never drive it at once), calls the job with (runtime, stop flag, emit, progress), and sends
-each emitted value to the main thread through a queued signal tagged with the job's id. The job
-is plain engine code; it sees only the stop flag.
+"""The three jobs the generator worker (workbench.worker) runs on the window's model: the live
+run, a sweep and a race. Each is a generator function `body(runtime, ctx)`: engine code that
+yields what the window shows step by step and returns its final word; it sees the stop flag
+(ctx.stop) and JobStopped thrown at a yield, never Qt.
 """
 
 from __future__ import annotations
 
-import threading
-import traceback
-from typing import Any, Callable
+import copy
+import queue
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
-from PySide6.QtCore import QThread, Signal
+from engine.speculation.settings import DecodeSettings
 
-from engine.errors import SpecscopeError
+from workbench.worker import JobContext, JobStopped
 
-from workbench.worker import (_RUNTIME_LOCK, RuntimeSpec, collect_on_main_thread, describe_error,
-                              shared_runtime)
-
-# job(runtime, stop, emit, progress) -> final value
-Job = Callable[[Any, threading.Event, Callable[[Any], None], Callable[[str, float], None]], Any]
+# ---- the live run ---------------------------------------------------------------------------
 
 
-class _Cancelled(Exception):
-    pass
+@dataclass(frozen=True)
+class RunStarted:
+    """Noted once a run's decoder is built: the header a recording keeps."""
+    header: dict[str, Any]
 
 
-class JobWorker(QThread):
-    item = Signal(int, object)            # job id, a value the job emitted
-    done = Signal(int, object)            # job id, the job's return value (None: cancelled early)
-    failed = Signal(int, str, str)        # job id, message, kind (see describe_error)
-    progress = Signal(int, str, float)    # job id, stage, fraction (model load, probe)
+@dataclass(frozen=True)
+class ProfileReady:
+    """Noted when the card's cost profile is known (saved, bundled or just probed)."""
+    profile: Any
 
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.stop_flag = threading.Event()
-        self._job: tuple[int, RuntimeSpec, Job] | None = None
 
-    def start_job(self, job_id: int, spec: RuntimeSpec, job: Job) -> None:
-        """Run `job` on this thread; the previous job must have ended (wait())."""
-        if self.isRunning():
-            raise RuntimeError("a job is still running: cancel it and wait first")
-        self.stop_flag.clear()
-        self._job = (job_id, spec, job)
-        collect_on_main_thread(self)     # Qt objects must not be collected on this thread
-        self.start()
+def unpaused_event(ev, paused_s: float):
+    """`ev` with the time the run was held paused taken out of its clock (the decoder's clock
+    runs on while the worker holds it between windows): tok/s is decoding speed, pauses aside."""
+    if paused_s <= 0:
+        return ev
+    st = ev.stats
+    elapsed = max(1e-9, st.elapsed_s - paused_s)
+    return replace(ev, stats=replace(st, elapsed_s=elapsed, tok_s=st.new_tokens / elapsed))
 
-    def cancel(self) -> None:
-        self.stop_flag.set()
 
-    def run(self) -> None:
-        job_id, spec, job = self._job
+def unpaused_report(report: dict, paused_s: float) -> dict:
+    """The report's wall_s and tok_s without the paused time (as unpaused_event)."""
+    if paused_s > 0 and report.get("wall_s"):
+        wall = max(1e-9, report["wall_s"] - paused_s)
+        report = {**report, "wall_s": round(wall, 4), "paused_s": round(paused_s, 4),
+                  "tok_s": round(report["new_tokens"] / wall, 3)}
+    return report
 
-        def progress(stage: str, frac: float) -> None:
-            if self.stop_flag.is_set():
-                raise _Cancelled()
-            self.progress.emit(job_id, stage, float(frac))
 
+def live_run(host, prompt: Any, settings: DecodeSettings, controls: queue.Queue, *, probe: bool,
+             max_windows: int | None = None):
+    """The window's run: the card's profile (probed once per model when `probe`), the decoder
+    over `prompt`, one WindowEvent yielded per window; returns the report (finish_reason
+    "stopped" or "windows" when the worker, not the decoder, ended it). Settings put on
+    `controls` reach the decoder at its next window."""
+    def body(rt, ctx: JobContext):
+        from engine.cost.probe import card_profile
+        from engine.io.prompts import encode_prompt
+        from engine.session import draft_opener
+        from engine.speculation.decoder import Decoder
+
+        from workbench.host import activation_dtype, model_name
+        spec = host.spec
+        if spec not in host.profiles:
+            if probe:
+                ctx.state("probing")
+            profile = card_profile(rt, progress=ctx.progress, probe=probe, repeats=3, warmup=1, budget_s=8.0)
+            if profile is not None:
+                host.profiles[spec] = profile
+        profile = host.profiles.get(spec)
+        if profile is not None:
+            ctx.note(ProfileReady(profile))
+        s = settings
+        if s.adaptive and s.draft != "none" and profile is None and not probe:
+            # adaptive prices windows on the card's cost profile; with none saved and probing
+            # off (--no-probe) this run keeps the fixed depth and width, and says so
+            s = replace(s, adaptive=False)
+            ctx.progress("adaptive off for this run: no saved cost profile for this card "
+                         "and probing is off", 1.0)
+        ids = encode_prompt(rt.tokenizer, prompt)
+        dec = Decoder(rt, ids, s, controls=controls, stop=ctx.stop, open_model=draft_opener(rt))
+        ctx.note(RunStarted({"settings": s.to_dict(), "model": model_name(rt), "device": rt.device_name,
+                             "dtype": rt.dtype_name, "weights": rt.weights_label,
+                             "activation_dtype": activation_dtype(rt), "prompt": prompt,
+                             "prompt_tokens": len(ids)}))
+        ctx.state("running")
+        gen = dec.windows()
+        cut, n = "", 0
         try:
-            while not _RUNTIME_LOCK.acquire(timeout=0.1):
-                if self.stop_flag.is_set():
-                    raise _Cancelled()
-            try:
-                rt = shared_runtime(spec, progress)
-                value = job(rt, self.stop_flag, lambda v: self.item.emit(job_id, v), progress)
-            finally:
-                _RUNTIME_LOCK.release()
-            self.done.emit(job_id, value)
-        except _Cancelled:
-            self.done.emit(job_id, None)
-        except BaseException as e:       # noqa: BLE001 - a failed job must reach the window
-            if not isinstance(e, SpecscopeError):
-                traceback.print_exc()
-            msg, kind = describe_error(e)
-            self.failed.emit(job_id, msg, kind)
+            for ev in gen:
+                n += 1
+                yield unpaused_event(ev, ctx.paused_s)
+                if max_windows is not None and n >= max_windows:
+                    cut = "windows"
+                    break
+        except JobStopped:
+            cut = "stopped"
+        finally:
+            gen.close()
+        report = unpaused_report(dec.report(), ctx.paused_s)
+        if cut and not report.get("finish_reason"):
+            report["finish_reason"] = cut        # the worker, not the decoder, ended the run
+        return report
+    return body
+
+
+# ---- a sweep --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepTick:
+    """What the sweep yields after the AR baseline and each cell."""
+    result: dict[str, Any]       # a copy of the whole result so far
+    done: int
+    total: int
+    eta_s: float | None
+    message: str
+
+
+def sweep_job(cfg, out_dir: Path, previous: dict[str, Any] | None, profile):
+    """Every cell of `cfg` (resuming `previous`), each saved to out_dir at once; returns
+    {"cancelled": bool, "result": the sweep} (cancelled: a valid partial sweep, saved)."""
+    def body(rt, ctx: JobContext):
+        from engine.io.workloads import load_workload
+        from engine.tuning.sweep import Sweep, SweepCancelled
+        from engine.tuning.sweep_file import save_sweep
+        prompts = load_workload(cfg.workload, cfg.per_category, cfg.prompts)
+        sweep = Sweep(rt, cfg, prompts, previous=previous, profile=profile, stop=ctx.stop,
+                      progress=ctx.progress)
+        try:
+            for step in sweep.steps():
+                save_sweep(step.result, out_dir)
+                yield SweepTick(copy.deepcopy(step.result), step.done, step.total, step.eta_s, step.message)
+        except (SweepCancelled, JobStopped):
+            save_sweep(sweep.result, out_dir)
+            return {"cancelled": True, "result": copy.deepcopy(sweep.result)}
+        return {"cancelled": False, "result": copy.deepcopy(sweep.result)}
+    return body
+
+
+# ---- a race ---------------------------------------------------------------------------------
+
+
+def race_job(prompt, a: DecodeSettings, b: DecodeSettings, profile):
+    """Two settings on one prompt, taking turns on the device; yields each update, returns the
+    race's report (stopped: the report so far, with no winner)."""
+    def body(rt, ctx: JobContext):
+        from engine.io.prompts import encode_prompt
+        from engine.tuning.race import Race
+        race = Race(rt, encode_prompt(rt.tokenizer, prompt), a, b, stop=ctx.stop, profile=profile)
+        try:
+            yield from race.updates()
+        except JobStopped:
+            return None
+        return race.report()
+    return body

@@ -1,8 +1,8 @@
 """The Lessons menu and a dock per lesson: run it on the attached card (progress, cancel), show
 its figure with the write-up's numbers beside this card's, save NAME.png / .csv / .md.
 
-A lesson runs on a JobWorker (workbench.jobs) under the lock a live run holds, so the window
-stops its live run first, as for a sweep. The measuring is engine code (engine.lessons); the
+A lesson is a job on the window's generator worker (workbench.job_dock, as the sweep and the
+race are), so the window stops its live run first. The measuring is engine code (engine.lessons); the
 figure is drawn here, on the main thread, and saved from the widget that shows it.
 """
 
@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QCheckBox, QDockWidget, QLabel, QMainWindow, QProg
 
 from engine.lessons import NAMES
 
-from workbench.jobs import JobWorker
+from workbench.job_dock import JobDock
 from workbench.views.lesson_figure import LessonFigure, render_png
 from workbench.widgets import column, row
 
@@ -35,31 +35,30 @@ def default_folder() -> Path:
 
 
 def lesson_job(name: str, quick: bool):
-    """The job the thread runs: engine code only; a cancelled lesson returns None."""
-    def run(rt, stop, emit, progress):
+    """The job body (workbench.jobs' shape): engine code only; a cancelled lesson returns None."""
+    def body(rt, ctx):
         from engine.lessons.runner import run_lesson
         from engine.lessons.runs import Budget, LessonCancelled
         try:
-            return run_lesson(name, rt, Budget.quick_budget() if quick else Budget(), stop, progress)
+            return run_lesson(name, rt, Budget.quick_budget() if quick else Budget(), ctx.stop,
+                              ctx.progress)
         except LessonCancelled:
             return None
-    return run
+        yield                           # a generator job that yields nothing
+    return body
 
 
-class LessonView(QWidget):
+class LessonView(JobDock):
     """One lesson: Run / Cancel, progress, the figure, where its files went."""
 
     finished = Signal(object)            # the LessonResult, or None when cancelled
-    error = Signal(str)
+    kind = "lesson"
 
-    def __init__(self, name: str, context: Callable[[], tuple[Any, Any]],
+    def __init__(self, name: str, worker, context: Callable[[], tuple[Any, Any]],
                  before_job: Callable[[], None], folder: Path | None = None, parent=None):
-        super().__init__(parent)
-        self.name, self.context, self.before_job = name, context, before_job
+        super().__init__(worker, context, before_job, parent)
+        self.name = name
         self.folder = folder or default_folder()
-        self.worker = JobWorker(self)
-        self.job_id = 0
-        self.running = False
         self.result = None
         self.saved: list[Path] = []
         self.run_button = QPushButton("Run on this card")
@@ -78,39 +77,26 @@ class LessonView(QWidget):
         self.figure = LessonFigure()
         column(self, row(self.run_button, self.cancel_button, self.quick, (self.bar, 1)), self.status,
                (self.figure, 1))
-        self.worker.done.connect(self._on_done)
-        self.worker.failed.connect(self._on_failed)
-        self.worker.progress.connect(self._on_progress)
-        self._enable()
+        self.update_buttons()
 
     def start(self) -> bool:
         if self.running:
             return False
-        self.before_job()
-        self.worker.wait()
-        spec, _profile = self.context()
-        self.job_id += 1
-        self.running = True
         self.bar.setValue(0)
         self.bar.setFormat("starting…")
-        self.worker.start_job(self.job_id, spec, lesson_job(self.name, self.quick.isChecked()))
-        self._enable()
+        self.run_job(lesson_job(self.name, self.quick.isChecked()))
         return True
 
     def cancel(self) -> None:
         if self.running:
-            self.worker.cancel()
+            self.cancel_job()
             self.bar.setFormat("cancelling…")
 
-    def _on_progress(self, job_id: int, stage: str, frac: float) -> None:
-        if job_id == self.job_id:
-            self.bar.setValue(int(1000 * frac))
-            self.bar.setFormat(f"{stage[:80]}  %p%")
+    def on_progress(self, stage: str, frac: float) -> None:
+        self.bar.setValue(int(1000 * frac))
+        self.bar.setFormat(f"{stage[:80]}  %p%")
 
-    def _on_done(self, job_id: int, result) -> None:
-        if job_id != self.job_id:
-            return
-        self.running = False
+    def on_done(self, result) -> None:
         if result is None:
             self.bar.setFormat("cancelled: nothing saved")
         else:
@@ -124,26 +110,16 @@ class LessonView(QWidget):
                 self.error.emit(f"could not save the lesson in {self.folder}: {e}")
             self.bar.setValue(1000)
             self.bar.setFormat("done")
-        self._enable()
         self.finished.emit(result)
 
-    def _on_failed(self, job_id: int, message: str, kind: str) -> None:
-        if job_id != self.job_id:
-            return
-        self.running = False
+    def on_failed(self, message: str) -> None:
         self.bar.setFormat("failed")
-        self.error.emit(message)
-        self._enable()
         self.finished.emit(None)
 
-    def _enable(self) -> None:
+    def update_buttons(self) -> None:
         self.run_button.setEnabled(not self.running)
         self.cancel_button.setEnabled(self.running)
         self.quick.setEnabled(not self.running)
-
-    def shutdown(self, timeout_ms: int = 3000) -> None:
-        self.worker.cancel()
-        self.worker.wait(timeout_ms)
 
 
 class Lessons:
@@ -167,7 +143,7 @@ class Lessons:
         """Show lesson `name`'s dock (made on first use); `run`: start measuring."""
         view = self.views.get(name)
         if view is None:
-            view = LessonView(name, self.context, self.before_job)
+            view = LessonView(name, self.win.worker, self.context, self.before_job)
             view.error.connect(lambda m: self.show_error(m))
             dock = QDockWidget(f"Lesson: {name}", self.win)
             dock.setObjectName(f"lesson-{name}")

@@ -16,22 +16,13 @@ from PySide6.QtWidgets import QLabel, QLineEdit, QPlainTextEdit, QProgressBar, Q
 from engine.errors import SpecscopeError
 
 from workbench import theme
-from workbench.jobs import JobWorker
+from workbench.job_dock import JobDock
+from workbench.jobs import race_job
 from workbench.widgets import ElidedLabel, column, row
+from workbench.worker import GeneratorWorker
 
 SHARING = ("The two take turns on the one device, window by window: whichever has used less "
            "device time runs next, so both get an equal share. tok/s counts each side's own time.")
-
-
-def race_job(prompt, a, b, profile):
-    def run(rt, stop, emit, progress):
-        from engine.io.prompts import encode_prompt
-        from engine.tuning.race import Race
-        race = Race(rt, encode_prompt(rt.tokenizer, prompt), a, b, stop=stop, profile=profile)
-        for update in race.updates():
-            emit(update)
-        return race.report()
-    return run
 
 
 class _Lane(QWidget):
@@ -67,19 +58,16 @@ class _Lane(QWidget):
                            f"{u.event.stats.forward_passes} passes · {u.device_s[u.side]:.2f} s on the device")
 
 
-class RaceDock(QWidget):
-    error = Signal(str)
+class RaceDock(JobDock):
     finished = Signal(object)            # the race's report (None: stopped before it began)
+    kind = "race"
 
-    def __init__(self, context: Callable[[], tuple[Any, Any]], base: Callable[[], tuple[Any, Any]],
-                 before_job: Callable[[], None], parent=None):
+    def __init__(self, worker: GeneratorWorker, context: Callable[[], tuple[Any, Any]],
+                 base: Callable[[], tuple[Any, Any]], before_job: Callable[[], None], parent=None):
         """context() -> (RuntimeSpec, cost profile or None); base() -> (prompt, DecodeSettings
         whose sampling and length both sides use); before_job() frees the model."""
-        super().__init__(parent)
-        self.context, self.base, self.before_job = context, base, before_job
-        self.worker = JobWorker(self)
-        self.job_id = 0
-        self.running = False
+        super().__init__(worker, context, before_job, parent)
+        self.base = base
         self.report: dict[str, Any] | None = None
         self.lanes = (_Lane("A", "ar"), _Lane("B", "adaptive:tree:16:3"))
         self.start_button = QPushButton("Start race")
@@ -96,9 +84,6 @@ class RaceDock(QWidget):
         self._timer = QTimer(self)             # coalesce: at most ~20 redraws a second
         self._timer.setInterval(50)
         self._timer.timeout.connect(self._draw)
-        self.worker.item.connect(self._on_update)
-        self.worker.done.connect(self._on_done)
-        self.worker.failed.connect(self._on_failed)
         self._enable()
 
     def set_entrants(self, a: str, b: str) -> None:
@@ -115,28 +100,21 @@ class RaceDock(QWidget):
         except SpecscopeError as e:
             self.error.emit(str(e))
             return False
-        self.before_job()
-        self.worker.wait()
-        spec, profile = self.context()
+        _, profile = self.context()
         for lane in self.lanes:
             lane.reset(base.max_new_tokens)
-        self.job_id += 1
-        self.running = True
         self.report = None
         self._latest = {}
         self.result.setText("racing…")
-        self.worker.start_job(self.job_id, spec, race_job(prompt, a, b, profile))
+        self.run_job(race_job(prompt, a, b, profile))
         self._timer.start()
-        self._enable()
         return True
 
     def stop(self) -> None:
-        if self.running:
-            self.worker.cancel()
+        self.cancel_job()
 
-    def _on_update(self, job_id: int, u) -> None:
-        if job_id == self.job_id:
-            self._latest[u.side] = u
+    def on_item(self, u) -> None:
+        self._latest[u.side] = u
 
     def _draw(self) -> None:
         latest, self._latest = self._latest, {}
@@ -149,12 +127,9 @@ class RaceDock(QWidget):
         self.lanes[winner].line.setStyleSheet(f"QProgressBar::chunk {{ background: {theme.GREEN}; }}")
         self.result.setText(f"{'AB'[winner]} crossed the finish line first")
 
-    def _on_done(self, job_id: int, report) -> None:
-        if job_id != self.job_id:
-            return
+    def on_done(self, report) -> None:
         self._draw()
         self._timer.stop()
-        self.running = False
         self.report = report
         if report is None or report["winner"] is None:
             self.result.setText("stopped")
@@ -163,22 +138,16 @@ class RaceDock(QWidget):
             self.result.setText(f"{'AB'[report['winner']]} won: A {s[0]['device_s']:.2f} s, "
                                 f"B {s[1]['device_s']:.2f} s on the device for {s[0]['new_tokens']} "
                                 f"and {s[1]['new_tokens']} tokens")
-        self._enable()
         self.finished.emit(report)
 
-    def _on_failed(self, job_id: int, message: str, kind: str) -> None:
-        if job_id == self.job_id:
-            self._timer.stop()
-            self.running = False
-            self.result.setText("failed")
-            self.error.emit(message)
-            self._enable()
-            self.finished.emit(None)
+    def on_failed(self, message: str) -> None:
+        self._timer.stop()
+        self.result.setText("failed")
+        self.finished.emit(None)
+
+    def update_buttons(self) -> None:
+        self._enable()
 
     def _enable(self) -> None:
         self.start_button.setEnabled(not self.running)
         self.stop_button.setEnabled(self.running)
-
-    def shutdown(self, timeout_ms: int = 3000) -> None:
-        self.worker.cancel()
-        self.worker.wait(timeout_ms)

@@ -125,9 +125,9 @@ def _checked_header(obj: dict, where: str) -> dict:
             raise RecordingError(f"{where}: the header's {key} is {_show(header[key])}, not "
                                  f"{'an object' if kind is dict else 'text'}")
     if header.get("card_profile"):
-        from workbench.engine_api import profile_from_dict
+        from engine.cost.profile import CostProfile
         try:
-            profile_from_dict(header["card_profile"])
+            CostProfile.from_dict(header["card_profile"])
         except SpecscopeError:
             pass                    # a profile this version does not read: the window ignores it
         except Exception as e:      # noqa: BLE001 (numbers that break the fit: 0 ms, inf)

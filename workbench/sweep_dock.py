@@ -1,42 +1,31 @@
 """The Sweep dock: run a sweep (engine.tuning.sweep) on a background thread, watch the heat map
 fill in, cancel, resume, load a saved sweep.json, apply a cell to the live session, race two.
 
-The sweep runs on a JobWorker (workbench.jobs) under the lock a live run holds, so the window
-stops its live run first. Every finished cell is saved to the folder's sweep.json, so Cancel
+The sweep is a job (workbench.jobs.sweep_job) on the window's generator worker, after the live
+run the window stops first (workbench.job_dock has the lifecycle). Every finished cell is saved to the folder's sweep.json, so Cancel
 leaves a valid partial sweep and Run on the same folder and settings resumes it.
 """
 
 from __future__ import annotations
 
-import copy
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QFormLayout, QLabel, QLineEdit, QProgressBar,
-                               QPushButton, QSpinBox, QWidget, QComboBox)
+from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox
 
 from engine.errors import SpecscopeError
 
 from workbench import dialogs
-from workbench.jobs import JobWorker
+from workbench.job_dock import JobDock
+from workbench.jobs import SweepTick, sweep_job
 from workbench.llamacpp_panel import LlamaCppPanel
 from workbench.views.heatmap import HeatmapView
 from workbench.widgets import column, row
+from workbench.worker import GeneratorWorker
 
 WORKLOADS = ("code-edit", "specbench", "specbench:summarization,rag", "specbench:qa,translation")
-
-
-@dataclass(frozen=True)
-class SweepTick:
-    """What the sweep thread sends after the AR baseline and each cell."""
-    result: dict[str, Any]       # a copy of the whole result so far
-    done: int
-    total: int
-    eta_s: float | None
-    message: str
 
 
 def clock(eta_s: float | None) -> str:
@@ -46,40 +35,17 @@ def clock(eta_s: float | None) -> str:
     return f"~{s // 60}m{s % 60:02d}s left" if s >= 60 else f"~{s}s left"
 
 
-def sweep_job(cfg, out_dir: Path, previous: dict[str, Any] | None, profile):
-    """The job the thread runs: engine code only (it sees the stop flag, never Qt)."""
-    def run(rt, stop, emit, progress):
-        from engine.io.workloads import load_workload
-        from engine.tuning.sweep import Sweep, SweepCancelled
-        from engine.tuning.sweep_file import save_sweep
-        prompts = load_workload(cfg.workload, cfg.per_category, cfg.prompts)
-        sweep = Sweep(rt, cfg, prompts, previous=previous, profile=profile, stop=stop, progress=progress)
-        try:
-            for step in sweep.steps():
-                save_sweep(step.result, out_dir)
-                emit(SweepTick(copy.deepcopy(step.result), step.done, step.total, step.eta_s, step.message))
-        except SweepCancelled:
-            save_sweep(sweep.result, out_dir)
-            return {"cancelled": True, "result": copy.deepcopy(sweep.result)}
-        return {"cancelled": False, "result": copy.deepcopy(sweep.result)}
-    return run
-
-
-class SweepDock(QWidget):
+class SweepDock(JobDock):
     apply_cell = Signal(object)          # a cell of sweep.json: use its settings in the session
     race_cells = Signal(str, str)        # two cell ids to race
-    error = Signal(str)
+    kind = "sweep"
 
-    def __init__(self, context: Callable[[], tuple[Any, Any]], before_job: Callable[[], None],
-                 parent=None):
+    def __init__(self, worker: GeneratorWorker, context: Callable[[], tuple[Any, Any]],
+                 before_job: Callable[[], None], parent=None):
         """context() -> (RuntimeSpec, the card's cost profile or None); before_job() frees the
         model (stops the live run)."""
-        super().__init__(parent)
-        self.context, self.before_job = context, before_job
-        self.worker = JobWorker(self)
-        self.job_id = 0
+        super().__init__(worker, context, before_job, parent)
         self.result: dict[str, Any] | None = None
-        self.running = False
 
         self.workload = QComboBox()
         self.workload.setEditable(True)
@@ -138,10 +104,6 @@ class SweepDock(QWidget):
         column(self, form, row(self.run_button, self.cancel_button, self.load_button, 1),
                row(self.apply_button, self.race_button, self.export_button, 1),
                self.bar, self.status, (self.heatmap, 1), self.llamacpp)
-        self.worker.item.connect(self._on_tick)
-        self.worker.done.connect(self._on_done)
-        self.worker.failed.connect(self._on_failed)
-        self.worker.progress.connect(self._on_progress)
         self.workload.currentTextChanged.connect(lambda _: self._default_folder())
         self._default_folder()
         self._enable()
@@ -178,22 +140,17 @@ class SweepDock(QWidget):
         except SpecscopeError as e:
             self.error.emit(str(e))
             return False
-        self.before_job()
-        self.worker.wait()
-        spec, profile = self.context()
-        self.job_id += 1
-        self.running = True
+        _, profile = self.context()
         self.bar.setValue(0)
         self.bar.setFormat("starting…")
         self.status.setText(f"resuming {out / 'sweep.json'}" if previous else f"sweeping into {out}")
-        self.worker.start_job(self.job_id, spec, sweep_job(cfg, out, previous, profile))
-        self._enable()
+        self.run_job(sweep_job(cfg, out, previous, profile))
         return True
 
     def cancel(self) -> None:
         """Stop after the window in progress; the cells finished so far stay saved."""
         if self.running:
-            self.worker.cancel()
+            self.cancel_job()
             self.bar.setFormat("cancelling…")
 
     def load(self, path: str | Path) -> bool:
@@ -231,23 +188,17 @@ class SweepDock(QWidget):
         self._enable()
 
     # ---- from the thread ----------------------------------------------------------------
-    def _on_tick(self, job_id: int, tick: SweepTick) -> None:
-        if job_id != self.job_id:
-            return
+    def on_item(self, tick: SweepTick) -> None:
         self.bar.setValue(int(1000 * tick.done / max(1, tick.total)))
         self.bar.setFormat(f"%p% · {tick.done}/{tick.total} · {clock(tick.eta_s)}")
         self.status.setText(tick.message)
         self._show(tick.result)
 
-    def _on_progress(self, job_id: int, stage: str, frac: float) -> None:
-        if job_id == self.job_id:
-            self.bar.setValue(int(1000 * frac))
-            self.bar.setFormat(f"{stage} %p%")
+    def on_progress(self, stage: str, frac: float) -> None:
+        self.bar.setValue(int(1000 * frac))
+        self.bar.setFormat(f"{stage} %p%")
 
-    def _on_done(self, job_id: int, value) -> None:
-        if job_id != self.job_id:
-            return
-        self.running = False
+    def on_done(self, value) -> None:
         if value is not None:
             self._show(value["result"])
         res = self.result or {}
@@ -260,15 +211,9 @@ class SweepDock(QWidget):
             self.bar.setFormat("complete")
             self.status.setText(f"done in {res.get('sweep_s', 0):.0f} s of decoding; saved in "
                                 f"{self.folder.text()}")
-        self._enable()
 
-    def _on_failed(self, job_id: int, message: str, kind: str) -> None:
-        if job_id != self.job_id:
-            return
-        self.running = False
+    def on_failed(self, message: str) -> None:
         self.bar.setFormat("failed")
-        self.error.emit(message)
-        self._enable()
 
     # ---- the answer -----------------------------------------------------------------------
     def best_two(self) -> list[dict[str, Any]]:
@@ -301,6 +246,9 @@ class SweepDock(QWidget):
         if len(two) == 2:
             self.race_cells.emit(two[0]["id"], two[1]["id"])
 
+    def update_buttons(self) -> None:
+        self._enable()
+
     def _enable(self) -> None:
         self.run_button.setEnabled(not self.running)
         self.cancel_button.setEnabled(self.running)
@@ -309,7 +257,3 @@ class SweepDock(QWidget):
         self.apply_button.setEnabled(has)
         self.race_button.setEnabled(len(self.best_two()) == 2)
         self.export_button.setEnabled(bool(self.best_two()))
-
-    def shutdown(self, timeout_ms: int = 3000) -> None:
-        self.worker.cancel()
-        self.worker.wait(timeout_ms)

@@ -19,7 +19,7 @@ from engine.errors import ParameterError, SpecscopeError
 from engine.speculation.events import WindowEvent
 from engine.speculation.settings import USER_DEFAULTS, DecodeSettings
 
-from workbench import chrome, dialogs, engine_api
+from workbench import chrome, dialogs
 from workbench.controls import ControlsPanel
 from workbench.frames import FramePacer
 from workbench.lessons_dock import Lessons
@@ -37,7 +37,8 @@ from workbench.views.rows import VerifyRowsView
 from workbench.views.stats import StatsView
 from workbench.views.tree import TokenTreeView
 from workbench.widgets import Banner, Timeline
-from workbench.worker import RuntimeSpec, SessionWorker, release_finished_threads
+from workbench.host import ModelHost, RuntimeSpec
+from workbench.worker import GeneratorWorker, release_finished_threads
 
 REDRAW_MS = 33               # at most ~30 frames a second
 PLOTS_HZ = 2                 # run-wide plots while streaming (they change slowly)
@@ -51,7 +52,9 @@ class MainWindow(QMainWindow):
     rendered = Signal(int)         # every pending view now shows this window index
 
     def __init__(self, spec: RuntimeSpec = RuntimeSpec(), prompt=None,
-                 settings: DecodeSettings | None = None, probe: bool = True):
+                 settings: DecodeSettings | None = None, probe: bool = True, host: ModelHost | None = None):
+        """`host`: the model host to run on (one already holding a loaded model: tests,
+        benchmarks); a new one by default."""
         super().__init__()
         self.setWindowTitle("specscope")
         self.resize(1640, 1000)
@@ -68,7 +71,9 @@ class MainWindow(QMainWindow):
         self._row_window = -1              # window the selected row belongs to
         self.render_times_ms: list[float] = []
 
-        self.worker = SessionWorker(self)
+        # one thread runs the live run, a sweep and a race in turn, on one loaded model
+        self.host = host or ModelHost()
+        self.worker = GeneratorWorker(self.host, self)
         self.run = RunController(self.worker, self)
         self._build_views()
         self.pacer = FramePacer(self.views, cpu_budget=STREAM_CPU_BUDGET, min_gap_s=REDRAW_MS / 1e3,
@@ -87,7 +92,8 @@ class MainWindow(QMainWindow):
             self.prompt_editor.set_prompt(prompt, "command line")
         else:
             self.prompt_editor.load_default()
-        self.roofline.set_references(engine_api.reference_profiles())
+        from engine.cost.profile import reference_profiles
+        self.roofline.set_references(list(reference_profiles().values()))
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_MS)
         self._timer.timeout.connect(self._tick)
@@ -110,8 +116,8 @@ class MainWindow(QMainWindow):
         self.controls = ControlsPanel()
         self.banner = Banner()
         self.timeline = Timeline()
-        self.sweep = SweepDock(self._job_context, self._free_model)
-        self.race = RaceDock(self._job_context, self._race_base, self._free_model)
+        self.sweep = SweepDock(self.worker, self._job_context, self._free_model)
+        self.race = RaceDock(self.worker, self._job_context, self._race_base, self._free_model)
         # in drawing order; every one is handed the same Shown (workbench.views.base)
         self.views = (self.tree, self.rows, self.penalty, self.output, self.roofline, *self.stats.parts)
         self.docks = chrome.Docks(self, controls=self.controls, tree=self.tree, rows=self.rows,
@@ -135,11 +141,10 @@ class MainWindow(QMainWindow):
         self.docks.fit_window(reset=True)
 
     def _connect(self) -> None:
-        w = self.worker                    # what concerns the session, not one run
-        w.progress.connect(self.status.loading)
-        w.runtime_ready.connect(self._on_runtime)
-        w.profile_ready.connect(self._on_profile)
         r = self.run                       # the current run's signals only
+        r.progress.connect(self.status.loading)
+        r.runtime_ready.connect(self._on_runtime)
+        r.profile_ready.connect(self._on_profile)
         r.started.connect(self._on_run_started)
         r.window.connect(self._on_window)
         r.finished.connect(self._on_finished)
@@ -415,7 +420,8 @@ class MainWindow(QMainWindow):
         prof = store.header.get("card_profile")
         if prof:
             try:
-                self._on_profile(engine_api.profile_from_dict(prof))
+                from engine.cost.profile import CostProfile
+                self._on_profile(CostProfile.from_dict(prof))
             except SpecscopeError:
                 pass
         self.timeline.live.setChecked(True)
@@ -440,8 +446,6 @@ class MainWindow(QMainWindow):
     # ---- shutdown -----------------------------------------------------------------------------
     def _shutdown_worker(self) -> None:
         self._timer.stop()
-        self.sweep.shutdown()
-        self.race.shutdown()
         self.lessons.shutdown()
         if not self.worker.shutdown(2000):
             self.worker.wait(3000)

@@ -1,171 +1,93 @@
-"""The worker thread: loads the model, probes the roofline and runs the decoder off the UI thread.
+"""The generator worker: one thread per window that runs jobs (the live run, a sweep, a race) one
+at a time on the window's one model (workbench.host), in the shape of superqt's GeneratorWorker.
 
-One long-lived `SessionWorker` (a QThread) takes requests from a queue, so an engine exception
-ends a run, not the worker: the next run reuses the thread and the loaded model. The decoder is a
-generator; between two windows the worker checks stop, pause and single steps, and each yielded
-`WindowEvent` crosses to the main thread through `window(run_id, event)`, a queued signal.
+A job is a generator function `body(runtime, ctx)`. The worker loads the model the job asks for
+(or finds it loaded), then drives the generator: every value it yields crosses to the main thread
+as `yielded(job_id, value)` (a queued signal), and between two yields the worker checks stop,
+pause and single steps. Asked to stop, it throws `JobStopped` into the generator at its yield: a
+job may catch it and return what it has (a run's report, a sweep's partial result). What the job
+returns arrives as `returned(job_id, value)` (None: stopped before it returned anything), an
+exception as `errored(job_id, message, kind)`, and the worker lives on for the next job.
+`ctx.note(value)` sends a value outside the step sequence (a run's header, the card's profile).
 
-Everything the main thread learns about a run arrives the same way, state changes included
-(`state_changed(run_id, state)`): it keeps its own copy (workbench.run_control) and never reads
-the worker's attributes while this thread writes them.
+Everything the main thread learns arrives by signal, tagged with the job's id; the main thread
+keeps its own copy of what it needs (workbench.run_control) and never reads this thread's state.
+A job replaces a running or queued job of the same kind (a new run stops the old one); a job of
+another kind waits its turn (a sweep waits for the run the window stops first).
 
-While a worker thread runs, Python's cyclic garbage collector runs on the main thread only
-(`collect_on_main_thread`): CPython collects in whichever thread allocates past the threshold, and
-a collection started on a worker would destroy the main thread's Qt objects there.
+While the thread runs, Python's garbage collector runs on the main thread only (main_gc).
 """
 
 from __future__ import annotations
 
-import gc
-import queue
 import threading
 import time
 import traceback
-import weakref
-from dataclasses import dataclass, replace
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Generator
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer, Signal
+from PySide6.QtCore import QThread, Signal
 
 from engine.errors import ModelLoadError, ParameterError, SpecscopeError
-from engine.speculation.settings import DecodeSettings
 
-from workbench import engine_api
+from workbench.host import ModelHost, RuntimeSpec
+from workbench.main_gc import collect_on_main_thread, release_finished_threads
 
-
-@dataclass(frozen=True)
-class RuntimeSpec:
-    model: str | None = None
-    device: str = "auto"
-    dtype: str = "auto"
-    weights: str = "auto"       # auto | packed | dequantized (quantized GGUF weights)
+__all__ = ["GeneratorWorker", "Job", "JobContext", "JobStopped", "RuntimeSpec", "describe_error",
+           "release_finished_threads"]
 
 
-@dataclass(frozen=True)
-class RunRequest:
-    run_id: int
-    spec: RuntimeSpec
-    prompt: Any                     # str (raw text) or list of chat messages
-    settings: DecodeSettings
-    max_windows: int | None = None  # stop after this many windows (screenshot mode)
-    start_paused: bool = False      # wait before the first window (Step from idle)
-    probe: bool = False             # measure the roofline of the attached card first
-
-
-# One loaded model per process, shared by every worker (a Reset or a second window does not load
-# it again); the lock keeps two workers from driving it at once.
-_RUNTIME: dict[str, Any] = {"spec": None, "rt": None}
-_RUNTIME_LOCK = threading.RLock()
-
-
-def preload_runtime(spec: RuntimeSpec, rt) -> None:
-    """Hand an already loaded runtime to every worker (tests and benchmarks load it once)."""
-    with _RUNTIME_LOCK:
-        _RUNTIME["rt"], _RUNTIME["spec"] = rt, spec
-
-
-def shared_runtime(spec: RuntimeSpec, progress: Callable[[str, float], None]):
-    """The process's one loaded model for `spec`, loaded now if another (or none) is loaded.
-    Call it holding _RUNTIME_LOCK: a run, a sweep and a race all drive the same model."""
-    if _RUNTIME["rt"] is not None and _RUNTIME["spec"] == spec:
-        return _RUNTIME["rt"]
-    _RUNTIME["rt"] = _RUNTIME["spec"] = None      # free the old model before loading
-    rt = engine_api.open_runtime(spec.model, spec.device, spec.dtype, progress=progress,
-                                 weights=spec.weights)
-    _RUNTIME["rt"], _RUNTIME["spec"] = rt, spec
-    progress("model ready", 1.0)
-    return rt
-
-
-class _MainThreadGC(QObject):
-    """Automatic garbage collection off while a workbench thread may run; this main-thread timer
-    collects instead, by the interpreter's own thresholds (as pyqtgraph.util.GarbageCollector).
-
-    CPython's cyclic collector runs in the thread whose allocation crosses the threshold, and
-    collects every thread's garbage there. A worker allocates a lot (a model load builds ~50,000
-    merge tuples; a run, objects every window), so a collection often starts on the worker, and
-    the garbage it frees includes Qt wrappers the main thread left in reference cycles (pyqtgraph
-    items, closed windows and their docks): their C++ objects were then destroyed on the worker
-    thread while the main thread, which runs whenever the collection lets go of the GIL, painted
-    and handled events: a segfault or a deadlock (tests/workbench, test_screenshot_command).
-    With collection on the main thread, every Qt wrapper dies on the thread its object lives on.
-    """
-
-    INTERVAL_MS = 200
-
-    def __init__(self):
-        super().__init__()
-        self._threads: list[weakref.ref] = []
-        self._was_enabled = True
-        self._timer = QTimer(self)
-        self._timer.setInterval(self.INTERVAL_MS)
-        self._timer.timeout.connect(self._tick)
-
-    def hold(self, thread: QThread) -> None:
-        """Keep automatic collection off until `thread` (about to be started) has finished."""
-        if not self._threads:
-            self._was_enabled = gc.isenabled()
-            gc.disable()
-            self._timer.start()
-        if all(r() is not thread for r in self._threads):
-            self._threads.append(weakref.ref(thread))
-
-    def release_finished(self) -> None:
-        """Forget the threads that have finished; with none left, collection is automatic again."""
-        live = []
-        for r in self._threads:
-            t = r()
-            try:
-                if t is not None and not t.isFinished():     # running, or about to start
-                    live.append(r)
-            except RuntimeError:                             # its C++ object is gone
-                pass
-        self._threads = live
-        if not live and self._timer.isActive():
-            self._timer.stop()
-            if self._was_enabled:
-                gc.enable()
-
-    def _tick(self) -> None:
-        c0, c1, c2 = gc.get_count()
-        t0, t1, t2 = gc.get_threshold()
-        if t0 and c0 > t0:
-            gc.collect(2 if c2 > t2 else 1 if c1 > t1 else 0)
-        self.release_finished()
-
-
-_GC: _MainThreadGC | None = None
-
-
-def collect_on_main_thread(thread: QThread) -> None:
-    """Call on the main thread just before starting `thread`: until it finishes, garbage is
-    collected on the main thread only (see _MainThreadGC)."""
-    global _GC
-    app = QCoreApplication.instance()
-    if app is None or QThread.currentThread() != app.thread():
-        return                  # no event loop to collect on (and no widgets to protect)
-    if _GC is None:
-        _GC = _MainThreadGC()
-    _GC.hold(thread)
-
-
-def release_finished_threads() -> None:
-    """Automatic collection back on at once if no held thread still runs (after a shutdown)."""
-    if _GC is not None:
-        _GC.release_finished()
+class JobStopped(Exception):
+    """Thrown into a job's generator at its yield when the job is asked to stop."""
 
 
 class _Cancelled(Exception):
-    """Raised from a progress callback to abandon a load or probe when stop is requested."""
+    """Raised from a progress callback to abandon a load or probe when stop is asked."""
+
+
+@dataclass(frozen=True)
+class Job:
+    spec: RuntimeSpec                                   # the model it runs on
+    body: Callable[[Any, "JobContext"], Generator]      # body(runtime, ctx): yields, returns a value
+    kind: str = "run"                                   # a job replaces one of its own kind
+    start_paused: bool = False                          # wait before the first step (Step from idle)
+
+
+class _Control:
+    """One job's stop flag and pause / step requests (guarded by the worker's condition)."""
+
+    def __init__(self, paused: bool) -> None:
+        self.stop = threading.Event()
+        self.paused = paused
+        self.steps = 1 if paused else 0
+
+
+class JobContext:
+    """What a running job sees of the worker."""
+
+    def __init__(self, worker: "GeneratorWorker", job_id: int, control: _Control) -> None:
+        self._worker, self.job_id, self.stop = worker, job_id, control.stop
+        self.paused_s = 0.0        # time the job was held paused since its first yield
+
+    def progress(self, stage: str, frac: float) -> None:
+        """Report a slow step (load, probe); abandons it by raising when stop is asked."""
+        if self.stop.is_set():
+            raise _Cancelled()
+        self._worker.progress.emit(self.job_id, stage, float(frac))
+
+    def state(self, state: str) -> None:
+        self._worker._set_state(state)
+
+    def note(self, value: Any) -> None:
+        """Send `value` to the main thread now, outside the step sequence (no pause, no step)."""
+        self._worker.noted.emit(self.job_id, value)
 
 
 def describe_error(e: BaseException) -> tuple[str, str]:
     """(message for the banner, kind): kind is model | parameter | memory | internal."""
     if isinstance(e, ModelLoadError):
         return str(e), "model"
-    if isinstance(e, ParameterError):
-        return str(e), "parameter"
-    if isinstance(e, SpecscopeError):
+    if isinstance(e, (ParameterError, SpecscopeError)):
         return str(e), "parameter"
     name = type(e).__name__
     if isinstance(e, MemoryError) or "OutOfMemory" in name:
@@ -175,91 +97,79 @@ def describe_error(e: BaseException) -> tuple[str, str]:
     return f"internal error: {name}: {e} (the traceback is on stderr)", "internal"
 
 
-def unpaused_event(ev, paused_s: float):
-    """`ev` with the time the run was held paused taken out of its clock (the decoder's clock
-    runs on while the worker holds it between windows): tok/s is decoding speed, pauses aside."""
-    if paused_s <= 0:
-        return ev
-    st = ev.stats
-    elapsed = max(1e-9, st.elapsed_s - paused_s)
-    return replace(ev, stats=replace(st, elapsed_s=elapsed, tok_s=st.new_tokens / elapsed))
+class GeneratorWorker(QThread):
+    state_changed = Signal(int, str)      # job id, loading | probing | running | paused | idle
+    progress = Signal(int, str, float)    # job id, stage, fraction in [0, 1]
+    runtime_ready = Signal(int, object)   # job id, workbench.host.RuntimeInfo
+    noted = Signal(int, object)           # job id, a value sent with ctx.note
+    yielded = Signal(int, object)         # job id, a value the job yielded
+    returned = Signal(int, object)        # job id, what the job returned (None: stopped early)
+    errored = Signal(int, str, str)       # job id, message, kind (see describe_error)
 
-
-def unpaused_report(report: dict, paused_s: float) -> dict:
-    """The report's wall_s and tok_s without the paused time (as unpaused_event)."""
-    if paused_s > 0 and report.get("wall_s"):
-        wall = max(1e-9, report["wall_s"] - paused_s)
-        report = {**report, "wall_s": round(wall, 4), "paused_s": round(paused_s, 4),
-                  "tok_s": round(report["new_tokens"] / wall, 3)}
-    return report
-
-
-class SessionWorker(QThread):
-    progress = Signal(str, float)        # stage, fraction in [0, 1]
-    runtime_ready = Signal(object)       # dict: model, device, dtype, weights, load_s
-    profile_ready = Signal(object)       # the attached card's cost profile
-    run_started = Signal(int, object)    # run_id, header dict (settings, model, device, prompt)
-    window = Signal(int, object)         # run_id, WindowEvent
-    run_finished = Signal(int, object)   # run_id, report dict
-    failed = Signal(int, str, str)       # run_id, message, kind
-    state_changed = Signal(int, str)     # run_id, idle | loading | probing | running | paused
-
-    def __init__(self, parent=None):
+    def __init__(self, host: ModelHost | None = None, parent=None):
         super().__init__(parent)
-        self._requests: queue.Queue[RunRequest | None] = queue.Queue()
+        self.host = host or ModelHost()
         self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self._paused = False
-        self._steps = 0
-        self._controls: queue.Queue[DecodeSettings] = queue.Queue()
-        self._profiles: dict[RuntimeSpec, Any] = {}
-        self._state = "idle"             # this thread's; the main thread is told by state_changed
-        self._run_id = 0
-        self._waited_s = 0.0             # how long the last _gate held the run paused
+        self._queue: list[tuple[int, Job, _Control]] = []
+        self._current: tuple[int, Job, _Control] | None = None
+        self._next_id = 0
+        self._closing = False
+        self._state = "idle"
+        self._job_id = 0
+        self._waited_s = 0.0
 
     # ---- called from the main thread ------------------------------------------------------
-    def submit(self, req: RunRequest) -> None:
-        """Queue a run; any run in progress is stopped first."""
+    def submit(self, job: Job) -> int:
+        """Queue `job` and return its id; a running or queued job of its kind is stopped."""
         with self._cond:
-            self._stop.set()
-            self._paused = req.start_paused
-            self._steps = 1 if req.start_paused else 0
+            self._next_id += 1
+            job_id = self._next_id
+            dropped = [q for q in self._queue if q[1].kind == job.kind]
+            self._queue = [q for q in self._queue if q[1].kind != job.kind] + [(job_id, job, _Control(job.start_paused))]
+            if self._current is not None and self._current[1].kind == job.kind:
+                self._current[2].stop.set()
             self._cond.notify_all()
-        self._requests.put(req)
+        for old_id, _, _ in dropped:           # never started: said to have ended at once
+            self.returned.emit(old_id, None)
+            self.state_changed.emit(old_id, "idle")
         if not self.isRunning():
             collect_on_main_thread(self)
             self.start()
+        return job_id
 
-    def pause(self) -> None:
+    def _control(self, job_id: int) -> _Control | None:
+        for q in ([self._current] if self._current else []) + self._queue:
+            if q[0] == job_id:
+                return q[2]
+        return None
+
+    def _with(self, job_id: int, change: Callable[[_Control], None]) -> None:
         with self._cond:
-            self._paused, self._steps = True, 0
+            c = self._control(job_id)
+            if c is not None:
+                change(c)
             self._cond.notify_all()
 
-    def resume(self) -> None:
-        with self._cond:
-            self._paused, self._steps = False, 0
-            self._cond.notify_all()
+    def pause(self, job_id: int) -> None:
+        self._with(job_id, lambda c: (setattr(c, "paused", True), setattr(c, "steps", 0)))
 
-    def step(self) -> None:
-        """Run exactly one more window, then pause."""
-        with self._cond:
-            self._paused = True
-            self._steps += 1
-            self._cond.notify_all()
+    def resume(self, job_id: int) -> None:
+        self._with(job_id, lambda c: (setattr(c, "paused", False), setattr(c, "steps", 0)))
 
-    def stop(self) -> None:
-        with self._cond:
-            self._stop.set()
-            self._cond.notify_all()
+    def step(self, job_id: int) -> None:
+        """Exactly one more step (one yield) of the job, then pause."""
+        self._with(job_id, lambda c: (setattr(c, "paused", True), setattr(c, "steps", c.steps + 1)))
 
-    def send_settings(self, settings: DecodeSettings) -> None:
-        """Applied by the decoder at its next window boundary."""
-        self._controls.put(settings)
+    def stop(self, job_id: int) -> None:
+        self._with(job_id, lambda c: c.stop.set())
 
     def shutdown(self, timeout_ms: int = 2000) -> bool:
-        """Stop the run and end the thread; True when it ended within the timeout."""
-        self.stop()
-        self._requests.put(None)
+        """Stop every job and end the thread; True when it ended within the timeout."""
+        with self._cond:
+            self._closing = True
+            for q in ([self._current] if self._current else []) + self._queue:
+                q[2].stop.set()
+            self._cond.notify_all()
         ended = self.wait(timeout_ms)
         release_finished_threads()
         return ended
@@ -267,118 +177,85 @@ class SessionWorker(QThread):
     # ---- the thread -----------------------------------------------------------------------
     def run(self) -> None:
         while True:
-            req = self._requests.get()
-            if req is None:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait(0.25)
+                if self._closing:
+                    dropped, self._queue = self._queue, []
+                else:
+                    self._current = self._queue.pop(0)
+                    dropped = []
+            for job_id, _, _ in dropped:
+                self.returned.emit(job_id, None)
+                self.state_changed.emit(job_id, "idle")
+            if self._closing:
                 return
-            if not self._requests.empty():   # a newer request superseded this one
-                continue
-            self._stop.clear()
-            self._run_id = req.run_id
-            self._controls = queue.Queue()
+            job_id, job, control = self._current
+            self._job_id, self._state = job_id, "idle"
             try:
-                while not _RUNTIME_LOCK.acquire(timeout=0.1):
-                    if self._stop.is_set():
-                        raise _Cancelled()
-                try:
-                    self._execute(req)
-                finally:
-                    _RUNTIME_LOCK.release()
+                self.returned.emit(job_id, self._execute(job_id, job, control))
             except _Cancelled:
-                pass
-            except BaseException as e:       # noqa: BLE001 - the worker must survive any run
+                self.returned.emit(job_id, None)
+            except BaseException as e:       # noqa: BLE001 - the worker must survive any job
                 if not isinstance(e, SpecscopeError):
                     traceback.print_exc()
                 msg, kind = describe_error(e)
-                self.failed.emit(req.run_id, msg, kind)
+                self.errored.emit(job_id, msg, kind)
             finally:
-                self._state = "idle"         # always said, so the run's last word is "idle"
-                self.state_changed.emit(req.run_id, "idle")
+                with self._cond:
+                    self._current = None
+                self._state = "idle"         # always said, so a job's last word is "idle"
+                self.state_changed.emit(job_id, "idle")
 
     def _set_state(self, state: str) -> None:
         if state != self._state:
             self._state = state
-            self.state_changed.emit(self._run_id, state)
+            self.state_changed.emit(self._job_id, state)
 
-    def _progress(self, stage: str, frac: float) -> None:
-        if self._stop.is_set():
-            raise _Cancelled()
-        self.progress.emit(stage, float(frac))
-
-    def _runtime(self, spec: RuntimeSpec):
-        t0 = time.perf_counter()
-        if _RUNTIME["rt"] is None or _RUNTIME["spec"] != spec:
+    def _execute(self, job_id: int, job: Job, control: _Control) -> Any:
+        ctx = JobContext(self, job_id, control)
+        if control.stop.is_set():
+            return None
+        if not self.host.loaded(job.spec):
             self._set_state("loading")
-        rt = shared_runtime(spec, self._progress)
-        self.runtime_ready.emit({"model": engine_api.model_name(rt), "device": rt.device_name,
-                                 "dtype": rt.dtype_name, "weights": rt.weights_label,
-                                 "activation_dtype": rt.activation_dtype,
-                                 "load_s": time.perf_counter() - t0})
-        return rt
-
-    def _execute(self, req: RunRequest) -> None:
-        rt = self._runtime(req.spec)
-        if req.spec not in self._profiles:
-            if req.probe:
-                self._set_state("probing")
-            profile = engine_api.card_profile(rt, progress=self._progress, probe=req.probe)
-            if profile is not None:
-                self._profiles[req.spec] = profile
-        if req.spec in self._profiles:
-            self.profile_ready.emit(self._profiles[req.spec])
-        profile = self._profiles.get(req.spec)
-        settings = req.settings
-        if settings.adaptive and settings.draft != "none" and profile is None and not req.probe:
-            # adaptive prices windows on the card's cost profile; with none saved and probing
-            # off (--no-probe) this run keeps the fixed depth and width, and says so
-            settings = replace(settings, adaptive=False)
-            self.progress.emit("adaptive off for this run: no saved cost profile for this card "
-                               "and probing is off", 1.0)
-        ids = engine_api.encode_prompt(rt, req.prompt)
-        dec = engine_api.Decoder(rt, ids, settings, controls=self._controls, stop=self._stop)
-        self.run_started.emit(req.run_id, {
-            "settings": settings.to_dict(), "model": engine_api.model_name(rt),
-            "device": rt.device_name, "dtype": rt.dtype_name, "weights": rt.weights_label,
-            "activation_dtype": rt.activation_dtype,
-            "prompt": req.prompt, "prompt_tokens": len(ids)})
-        gen = dec.windows()
-        n = 0
-        cut = ""
-        paused_s = 0.0          # time held paused since the decoder's clock started
+        rt, info = self.host.runtime(job.spec, ctx.progress)
+        self.runtime_ready.emit(job_id, info)
+        gen = job.body(rt, ctx)
+        first = True
         try:
             while True:
-                self._waited_s = 0.0
-                if not self._gate():
-                    cut = "stopped"
-                    break
-                if n:           # before the first window the clock has not started
-                    paused_s += self._waited_s
-                self._set_state("running")
+                go = self._gate(control)
+                if not first:
+                    ctx.paused_s += self._waited_s
+                if not go:
+                    try:
+                        gen.throw(JobStopped())
+                    except StopIteration as e:      # the job returned what it had
+                        return e.value
+                    except JobStopped:
+                        return None
+                    return None                     # it yielded again: stopped all the same
+                if not first or self._state in ("idle", "paused"):
+                    self._set_state("running")   # (a first step may be loading or probing still)
                 try:
-                    ev = next(gen)
-                except StopIteration:
-                    break
-                n += 1
-                self.window.emit(req.run_id, unpaused_event(ev, paused_s))
-                if req.max_windows is not None and n >= req.max_windows:
-                    cut = "windows"
-                    break
+                    item = next(gen)
+                except StopIteration as e:
+                    return e.value
+                first = False
+                self.yielded.emit(job_id, item)
         finally:
             gen.close()
-        report = unpaused_report(dec.report(), paused_s)
-        if cut and not report.get("finish_reason"):
-            report["finish_reason"] = cut        # the worker, not the decoder, ended the run
-        self.run_finished.emit(req.run_id, report)
 
-    def _gate(self) -> bool:
-        """Block while paused (unless a step is owed); False when stop was requested."""
+    def _gate(self, c: _Control) -> bool:
+        """Block while paused (unless a step is owed); False when stop was asked."""
         with self._cond:
             t0 = time.perf_counter()
-            while self._paused and self._steps == 0 and not self._stop.is_set():
+            while c.paused and c.steps == 0 and not c.stop.is_set():
                 self._set_state("paused")
                 self._cond.wait(0.25)
             self._waited_s = time.perf_counter() - t0
-            if self._stop.is_set():
+            if c.stop.is_set():
                 return False
-            if self._paused:
-                self._steps -= 1
+            if c.paused:
+                c.steps -= 1
             return True

@@ -40,19 +40,26 @@ def read_prompt_file(path: str | Path) -> Prompt:
         if not text:
             raise ParameterError(f"prompt file {p} is empty")
         return text
+    return parse_chat_json(text, f"prompt file {p}")
+
+
+def parse_chat_json(text: str, where: str = "the prompt") -> list[dict[str, Any]]:
+    """Chat messages from JSON text: a list of {"role": ..., "content": ...} messages, or an
+    object with a "messages" list; each message checked (engine.io.chat.check_messages). The one
+    check for a .json prompt file and the window's prompt editor. `where` starts the messages."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ParameterError(f"prompt file {p} is not valid JSON: {e}") from None
+        raise ParameterError(f"{where} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except RecursionError:
-        raise ParameterError(f"prompt file {p}: its JSON is nested too deeply to be chat messages") from None
+        raise ParameterError(f"{where}: its JSON is nested too deeply to be chat messages") from None
     messages = data.get("messages") if isinstance(data, dict) else data
     if not isinstance(messages, list) or not messages:
         raise ParameterError(
-            f"prompt file {p}: expected a list of chat messages ({{\"role\": ..., \"content\": ...}}) "
+            f"{where}: expected a list of chat messages ({{\"role\": ..., \"content\": ...}}) "
             "or an object with a \"messages\" list"
         )
-    return check_messages(messages, f"prompt file {p}")
+    return check_messages(messages, where)
 
 
 def default_prompt() -> Prompt:

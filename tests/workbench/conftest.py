@@ -19,21 +19,31 @@ SMALL = DecodeSettings(draft="tree", depth=3, width=2, max_new_tokens=12)
 
 @pytest.fixture(scope="session")
 def cpu_spec(cpu_runtime):
-    from workbench.worker import RuntimeSpec, preload_runtime
-    spec = RuntimeSpec(None, "cpu", "float32", "dequantized")
-    preload_runtime(spec, cpu_runtime)
-    return spec
+    from workbench.host import RuntimeSpec
+    return RuntimeSpec(None, "cpu", "float32", "dequantized")
 
 
 @pytest.fixture
-def make_window(qtbot, qapp, cpu_spec):
+def cpu_host(cpu_spec, cpu_runtime):
+    """A model host holding the session's bundled model (loaded once for all tests)."""
+    from workbench.host import ModelHost
+    host = ModelHost()
+    host.preload(cpu_spec, cpu_runtime)
+    return host
+
+
+@pytest.fixture
+def make_window(qtbot, qapp, cpu_spec, cpu_runtime):
     from workbench import theme
+    from workbench.host import ModelHost
     from workbench.window import MainWindow
     theme.apply_theme(qapp)
     made = []
 
     def make(settings: DecodeSettings = SMALL, prompt=PROMPT, spec=None):
-        w = MainWindow(spec or cpu_spec, prompt=prompt, settings=settings, probe=False)
+        host = ModelHost()
+        host.preload(cpu_spec, cpu_runtime)
+        w = MainWindow(spec or cpu_spec, prompt=prompt, settings=settings, probe=False, host=host)
         qtbot.addWidget(w)
         w.show()
         made.append(w)

@@ -314,30 +314,33 @@ def test_close_mid_run_stops_the_worker(qtbot, make_window):
     assert win.worker.isFinished() and not win.worker.isRunning()
 
 
-def test_garbage_is_collected_on_the_main_thread_only(qtbot, cpu_spec):
+def test_garbage_is_collected_on_the_main_thread_only(qtbot, cpu_spec, cpu_host):
     """CPython collects cyclic garbage in whichever thread allocates past the threshold; a
     collection on a worker destroyed the main thread's Qt objects there (the segfaults and hangs
     of test_screenshot_command while the worker loaded the model). Workers must never collect."""
     import gc
     import threading
 
-    from workbench.jobs import JobWorker
+    from workbench.worker import GeneratorWorker, Job
     on_main = []
 
     def watch(phase, info):
         if phase == "start":
             on_main.append(threading.current_thread() is threading.main_thread())
 
-    worker = JobWorker()
+    def body(rt, ctx):               # as many tracked objects as a model load's tokenizer builds
+        return len([(i,) for i in range(300_000)])
+        yield                        # a generator function, as every job is
+
+    worker = GeneratorWorker(cpu_host)
     done = []
-    worker.done.connect(lambda _id, value: done.append(value))
+    worker.returned.connect(lambda _id, value: done.append(value))
     was = gc.isenabled()
     gc.callbacks.append(watch)
     try:
-        # as many tracked objects as a model load's tokenizer builds
-        worker.start_job(1, cpu_spec, lambda rt, stop, emit, progress: len([(i,) for i in range(300_000)]))
+        worker.submit(Job(cpu_spec, body))
         qtbot.waitUntil(lambda: bool(done), timeout=TIMEOUT_MS)
-        assert worker.wait(5000)
+        assert worker.shutdown(5000)
         qtbot.waitUntil(lambda: gc.isenabled() == was, timeout=5000)   # automatic again after
     finally:
         gc.callbacks.remove(watch)
@@ -385,7 +388,7 @@ def test_offscreen_run_draws_every_view_before_the_shot(qtbot, qapp, make_window
 
 
 def test_bad_model_shows_banner_and_worker_survives(qtbot, make_window, cpu_spec, cpu_runtime, tmp_path):
-    from workbench.worker import RuntimeSpec, preload_runtime
+    from workbench.host import RuntimeSpec
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
     win = make_window(spec=RuntimeSpec(str(bad), "cpu", "float32"))
@@ -398,7 +401,7 @@ def test_bad_model_shows_banner_and_worker_survives(qtbot, make_window, cpu_spec
     # nothing to run until another model: Run and Step are off and say why
     assert not win.acts.run.isEnabled() and not win.acts.step.isEnabled()
     assert "broken.gguf" in win.acts.run.toolTip()
-    preload_runtime(cpu_spec, cpu_runtime)       # the failed load freed the shared model
+    win.host.preload(cpu_spec, cpu_runtime)      # the failed load freed the host's model
     win.spec = cpu_spec
     assert win.start_run()                       # the same worker thread runs again
     wait_windows(qtbot, win, 1)

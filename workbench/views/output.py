@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (QComboBox, QLabel, QPlainTextEdit, QPushButton, Q
                                QTabWidget, QTextEdit, QToolTip, QWidget)
 
 from engine.errors import ParameterError, SpecscopeError
-from engine.io.prompts import default_prompt, read_prompt_file
+from engine.io.prompts import default_prompt, parse_chat_json, read_prompt_file
 from engine.speculation.events import FROM_DRAFT
 
 from workbench import dialogs, theme
@@ -227,17 +227,8 @@ class PromptEditor(QWidget):
             if not text:
                 raise ParameterError("the prompt is empty: type some text or open a prompt file")
             return text
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ParameterError(f"the prompt is not valid JSON chat messages (line {e.lineno}: {e.msg}); "
-                                 "switch the format to raw text or fix the JSON") from None
-        messages = data.get("messages") if isinstance(data, dict) else data
-        if (not isinstance(messages, list) or not messages or
-                not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages)):
-            raise ParameterError('chat prompts are a list of {"role": ..., "content": ...} messages '
-                                 'or an object with a "messages" list')
-        return messages
+        # the prompt file loader's own check (engine.io.prompts), not a weaker copy of it
+        return parse_chat_json(text, "the chat prompt (switch the format to raw text, or fix it)")
 
     def _update_info(self) -> None:
         try:
