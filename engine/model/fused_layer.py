@@ -100,15 +100,8 @@ class FusedForward:
 
     def _norm(self, ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor,
               w: torch.Tensor) -> None:
-        from engine.model.triton_fused import _residual_norm_kernel
-        import triton
-        R, N = x.shape
-        block = triton.next_power_of_2(N)
-        src = ws if ws is not None else x
-        _residual_norm_kernel[(R,)](
-            src, x, h, w, N, src.stride(0), src.stride(1) if ws is not None else 0,
-            x.stride(0), h.stride(0), self.model.cfg.rms_eps,
-            S=0 if ws is None else ws.shape[0], BLOCK=block, num_warps=4 if block <= 2048 else 8)
+        from engine.model.triton_fused import residual_norm
+        residual_norm(ws, x, h, w, self.model.cfg.rms_eps)
 
     @staticmethod
     def _partials(x: torch.Tensor, w: PackedWeight, dense: bool) -> torch.Tensor:
@@ -135,23 +128,13 @@ class FusedForward:
 
     def _qkv_rope(self, L: dict, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
                   positions: torch.Tensor, slots: torch.Tensor, dense: bool) -> None:
-        from engine.model.triton_fused import _qkv_rope_kernel
-        m, cfg = self.model, self.model.cfg
+        from engine.model.triton_fused import qkv_rope
+        m = self.model
         lin = L["qkv"]
         wa = self._partials(h, lin.parts[0], dense)
         wb = self._partials(h, lin.parts[1], dense) if len(lin.parts) > 1 else wa
-        kc, vc = kv[0], kv[1]                                   # [Hkv, C, D]
-        R, Hq, D = q.shape
-        Hkv = kc.shape[0]
-        bias = lin.bias if lin.bias is not None else h
-        qn = L.get("q_norm", h)
-        kn = L.get("k_norm", h)
-        _qkv_rope_kernel[(R, Hq + 2 * Hkv)](
-            wa, wb, bias, qn, kn, m.cos, m.sin, positions, slots, q, kc, vc,
-            lin.parts[0].shape[0], wa.stride(0), wa.stride(1), wb.stride(0), wb.stride(1),
-            q.stride(0), q.stride(1), kc.stride(0), kc.stride(1), m.cos.stride(0), cfg.rms_eps,
-            HQ=Hq, HKV=Hkv, D=D, SA=wa.shape[0], SB=wb.shape[0],
-            HAS_BIAS=lin.bias is not None, QK_NORM=bool(cfg.qk_norm), num_warps=1)
+        qkv_rope(wa, wb, lin.parts[0].shape[0], lin.bias, L.get("q_norm"), L.get("k_norm"),
+                 m.cos, m.sin, positions, slots, q, kv[0], kv[1], m.cfg.rms_eps)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                 cache: KVCache, slots: torch.Tensor, last_only: bool = False,

@@ -307,12 +307,120 @@ def _attention_smoke(device: torch.device) -> Smoke:
 
 
 # ---------------------------------------------------------------------------------------------
+# the fused packed layer (engine.model.triton_fused; engine.model.fused_layer) and the dense
+# prefill's dequantization (engine.weights.triton_unpack)
+
+HIDDEN = (576, 4096)                   # residual widths of the MODEL_SHAPES models
+GATE_UP = ((3072, 576), (24576, 4096), (22016, 4096))
+
+
+def _splits(qtype: str, n: int, k: int, units: int) -> int:
+    from engine.weights import triton_kernels as tk
+    return tk.kernel_config(qtype, n, k, units)["splits"]
+
+
+def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
+    """full: every split count the model shapes give each kernel (and 0 / 1: the first norm,
+    the dense prefill) x dtype, q/k norm and bias variants per head layout, the SwiGLU epilogue
+    and the unsplit partials per type and gate|up shape. quick / kernels: one of each in float32
+    and bfloat16."""
+    from engine.model import triton_fused as tf
+    from engine.weights import triton_kernels as tk
+    few = scope != "full"
+    dtypes = (torch.float32, torch.bfloat16) if few else DTYPES
+    norm_s = sorted({0, 1} | {_splits(q, n, k, t.units) for q in tk.SUPPORTED_QTYPES
+                              for n, k in MODEL_SHAPES if n in HIDDEN and k % tk._SUPERBLOCK[q] == 0})
+    for dtype in dtypes:
+        for hid in HIDDEN:
+            for S in norm_s:
+                if few and (hid, S) not in ((4096, 1), (576, 0)):
+                    continue
+                yield (f"residual norm {_dt(dtype)} {hid} S{S}",
+                       lambda hid=hid, S=S, d=dtype: tf.residual_norm(
+                           _meta(S, 3, hid) if S else None, _meta(3, hid, dtype=d),
+                           _meta(3, hid, dtype=d), _meta(hid, dtype=d), 1e-6))
+        for a, (hq, hkv, d) in enumerate(HEAD_LAYOUTS):
+            variants = ((1, 1, False, False), (2, 4, True, False), (1, 2, False, True))
+            for sa, sb, qkn, bias in variants:
+                if few and (a, sa) != (1, 2):
+                    continue
+                na = (hq + hkv) * d
+
+                def call(hq=hq, hkv=hkv, d=d, sa=sa, sb=sb, qkn=qkn, bias=bias, dt=dtype, na=na):
+                    kv = _meta(2, hkv, 2048, d, dtype=dt)
+                    tf.qkv_rope(_meta(sa, 3, na), _meta(sb, 3, hkv * d), na,
+                                _meta((hq + 2 * hkv) * d, dtype=dt) if bias else None,
+                                _meta(d, dtype=dt) if qkn else None, _meta(d, dtype=dt) if qkn else None,
+                                _meta(2048, d, dtype=dt), _meta(2048, d, dtype=dt),
+                                _meta(3, dtype=torch.long), _meta(3, dtype=torch.long),
+                                _meta(3, hq, d, dtype=dt), kv[0], kv[1], 1e-6)
+                yield f"qkv rope {_dt(dtype)} heads {hq}/{hkv}x{d} S{sa}/{sb} norm={qkn} bias={bias}", call
+        for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
+            for n, k in GATE_UP:
+                if k % tk._SUPERBLOCK[qtype] or (few and (qtype, n) not in (("Q4_K", 24576), ("Q4_1", 3072))):
+                    continue
+                yield (f"SwiGLU {qtype} {_dt(dtype)} {n}x{k}",
+                       lambda n=n, k=k, q=qtype, d=dtype: tk.packed_swiglu(_meta(1, k, dtype=d),
+                                                                          _meta_packed(q, n, k)))
+                yield (f"partials {qtype} {_dt(dtype)} {n // 2}x{k}",
+                       lambda n=n, k=k, q=qtype, d=dtype: tk.packed_partials(_meta(1, k, dtype=d),
+                                                                            _meta_packed(q, n // 2, k)))
+    for dtype in dtypes:
+        for S in (1, 2, 4):
+            if few and S != 2:
+                continue
+            yield (f"reduce SwiGLU {_dt(dtype)} S{S}",
+                   lambda S=S, d=dtype: tf.reduce_swiglu(_meta(S, 3, 3072), 32,
+                                                         _meta(3, 1536, dtype=d)))
+
+
+def _unpack_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
+    """Every type dequantize_dense takes, to bfloat16 (and float16, float32 in full)."""
+    from engine.weights.triton_unpack import DENSE_TYPES, dequantize_dense
+    for qtype in DENSE_TYPES:
+        for dtype in (DTYPES if scope == "full" else (torch.bfloat16,)):
+            yield (f"unpack {qtype} to {_dt(dtype)}",
+                   lambda q=qtype, d=dtype: dequantize_dense(_meta_packed(q, 64, 512),
+                                                             _meta(64, 512, dtype=d)))
+
+
+def _fused_smoke(device: torch.device) -> Smoke:
+    from engine.model import triton_fused as tf
+    from engine.weights import triton_kernels as tk
+    from engine.weights.triton_unpack import DENSE_TYPES, dequantize_dense
+    g = torch.Generator().manual_seed(4)
+    out = []
+    x, ws, w = torch.randn(3, 256, generator=g), torch.randn(2, 3, 256, generator=g), torch.rand(256, generator=g)
+    want_x = x + ws[0] + ws[1]
+    want_h = want_x * torch.rsqrt(want_x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    xd, hd = x.to(device), torch.empty(3, 256, device=device)
+    tf.residual_norm(ws.to(device), xd, hd, w.to(device), 1e-6)
+    out += [("residual + norm: x", xd.cpu(), want_x, 1e-5), ("residual + norm: h", hd.cpu(), want_h, 1e-5)]
+    gu = torch.randn(1, 2, 128, generator=g)             # interleaved blocks of 32
+    gate = gu.view(2, 4, 2, 32)[:, :, 0].reshape(2, 128)
+    up = gu.view(2, 4, 2, 32)[:, :, 1].reshape(2, 128)
+    got = tf.reduce_swiglu(gu.to(device), 32, torch.empty(2, 64, device=device))
+    out.append(("SwiGLU of interleaved partials", got.cpu(), (torch.nn.functional.silu(gate) * up)[:, :64], 1e-5))
+    for qtype in DENSE_TYPES:
+        pw, ref = random_packed(qtype, 32, 512)
+        got = dequantize_dense(pw.to(device), torch.empty(32, 512, device=device))
+        out.append((f"unpack {qtype}", got.cpu(), ref, 0.0))
+    pw, ref = random_packed("Q4_K", 64, 512, seed=6)
+    xs = torch.randn(2, 512, generator=g).to(device)
+    y = tk.packed_partials(xs, pw.to(device)).sum(0).cpu()
+    out.append(("packed partials Q4_K", y, xs.cpu() @ ref.T, 1e-5))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 
 SITES = (
     Site("packed matmul", _packed_configs, _packed_smoke),
     Site("packed matmul, int8 path", _i8_configs, lambda device: []),
     Site("dense matmul", _dense_configs, _dense_smoke),
     Site("attention", _attention_configs, _attention_smoke),
+    Site("fused layer", _fused_configs, _fused_smoke),
+    Site("dense prefill unpack", _unpack_configs, lambda device: []),
 )
 
 

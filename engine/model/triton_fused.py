@@ -29,6 +29,7 @@ Imported lazily (engine.model.fused_layer, only on a GPU with Triton): Triton is
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -140,3 +141,50 @@ def _qkv_rope_kernel(wa_ptr, wb_ptr, bias_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr,
         base = v_ptr + (j - HQ - HKV) * skh + slot * skc
         tl.store(base + c, lo.to(dt))
         tl.store(base + D2 + c, hi.to(dt))
+
+
+# ---------------------------------------------------------------------------------------------
+# launchers (engine.model.fused_layer calls these; engine.model.kernel_catalog compiles them)
+
+
+def residual_norm(ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor, w: torch.Tensor,
+                  eps: float) -> None:
+    """x [R, N] += the sum of the partials ws [S, R, N] (None: x as it is), in place; h [R, N] =
+    RMSNorm(x) * w. One program a row; its warps follow N only."""
+    R, N = x.shape
+    block = triton.next_power_of_2(N)
+    src = ws if ws is not None else x
+    _residual_norm_kernel[(R,)](
+        src, x, h, w, N, src.stride(0), src.stride(1) if ws is not None else 0,
+        x.stride(0), h.stride(0), eps, S=0 if ws is None else ws.shape[0], BLOCK=block,
+        num_warps=4 if block <= 2048 else 8)
+
+
+def reduce_swiglu(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:
+    """out [M, N/2] = silu(gate) * up from the partials ws [S, M, N] of a gate|up product whose
+    columns are interleaved in blocks of hb."""
+    S, m, n = ws.shape
+    blk = 1024
+    _reduce_swiglu_kernel[(m, triton.cdiv(n // 2, blk))](
+        ws, out, n // 2, ws.stride(0), ws.stride(1), out.stride(0), HB=hb, S=S, BLOCK=blk,
+        num_warps=4)
+    return out
+
+
+def qkv_rope(wa: torch.Tensor, wb: torch.Tensor, na: int, bias: torch.Tensor | None,
+             q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, cos: torch.Tensor,
+             sin: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, q: torch.Tensor,
+             kc: torch.Tensor, vc: torch.Tensor, eps: float) -> None:
+    """From the q|k|v partials (wa [SA, R, na] for columns < na, wb [SB, R, *] for the rest;
+    wb may be wa when one weight holds all three): q [R, Hq, D] and the cache's k and v
+    ([Hkv, C, D] each) at `slots`, after the bias, q/k RMSNorm (when given) and RoPE at
+    `positions` (tables cos, sin [C, D])."""
+    R, Hq, D = q.shape
+    Hkv = kc.shape[0]
+    qk_norm = q_norm is not None
+    _qkv_rope_kernel[(R, Hq + 2 * Hkv)](
+        wa, wb, bias if bias is not None else wa, q_norm if qk_norm else q, k_norm if qk_norm else q,
+        cos, sin, positions, slots, q, kc, vc, na, wa.stride(0), wa.stride(1), wb.stride(0),
+        wb.stride(1), q.stride(0), q.stride(1), kc.stride(0), kc.stride(1), cos.stride(0), eps,
+        HQ=Hq, HKV=Hkv, D=D, SA=wa.shape[0], SB=wb.shape[0], HAS_BIAS=bias is not None,
+        QK_NORM=qk_norm, num_warps=1)

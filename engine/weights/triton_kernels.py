@@ -308,13 +308,8 @@ def packed_swiglu(x: torch.Tensor, w) -> torch.Tensor:
 def swiglu_from_partials(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:
     """out [M, N/2] = silu(gate) * up from the partial sums ws [S, M, N] of a gate|up product
     whose columns are interleaved in blocks of hb (``packed_swiglu``)."""
-    from engine.model.triton_fused import _reduce_swiglu_kernel
-    S, m, n = ws.shape
-    blk = 1024
-    _reduce_swiglu_kernel[(m, triton.cdiv(n // 2, blk))](
-        ws, out, n // 2, ws.stride(0), ws.stride(1), out.stride(0), HB=hb, S=S, BLOCK=blk,
-        num_warps=4)
-    return out
+    from engine.model.triton_fused import reduce_swiglu
+    return reduce_swiglu(ws, hb, out)
 
 
 def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
