@@ -187,6 +187,21 @@ if [ $BUNDLED = 1 ] && [ -f $MB ]; then
 elif [ $BUNDLED = 1 ]; then
   echo "!! no bundled model at $MB (../shared/tools/split-model-for-device; carry .device_model/a in call 1, .device_model/b in call 2)"
 fi
+# issue 23 on this card: llama.cpp's speculative decoding, plain / its defaults / our export priced
+# on llama.cpp's own curve just measured here (acceptance from the CPU sweep fixture's replay)
+if [ "${SPEC23:-1}" = 1 ] && [ -f $MB ] && [ -x $BIN/llama-speculative-simple ]; then
+  LBJ=$(ls $R/llamabench_bundled_rows_tg*.json 2>/dev/null | head -1)
+  if [ -n "$LBJ" ]; then
+    step "export priced on llama.cpp's curve ($LBJ)"
+    python3 -m specscope.cli export --from tests/fixtures/llamacpp/sweep_cpu_code-edit.json \
+       --format llamacpp --price-with $LBJ > $R/export_llamacpp_bundled.txt 2>&1
+    cat $R/export_llamacpp_bundled.txt
+    phase 60 python3 bench/llamacpp_spec.py --build $LCPP/build --model $MB \
+      --config-file $R/export_llamacpp_bundled.txt --per-category 2 --tokens 128 \
+      --extra "-ngl 99 -fa on" --out $R/llamacpp_spec_gpu.json
+    pack
+  fi
+fi
 step summary
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>/dev/null
 python3 bench/gpu_speed.py summary --out $R
