@@ -194,8 +194,8 @@ if [ "${SPEC23:-1}" = 1 ] && [ -f $MB ] && [ -x $BIN/llama-speculative-simple ];
   if [ -n "$LBJ" ]; then
     step "export priced on llama.cpp's curve ($LBJ)"
     python3 -m specscope.cli export --from tests/fixtures/llamacpp/sweep_cpu_code-edit.json \
-       --format llamacpp --price-with $LBJ > $R/export_llamacpp_bundled.txt 2>&1
-    cat $R/export_llamacpp_bundled.txt
+       --format llamacpp --price-with $LBJ > $R/export_llamacpp_bundled.txt 2> $R/export_llamacpp_bundled.err
+    cat $R/export_llamacpp_bundled.txt $R/export_llamacpp_bundled.err
     phase 60 python3 bench/llamacpp_spec.py --build $LCPP/build --model $MB \
       --config-file $R/export_llamacpp_bundled.txt --per-category 2 --tokens 128 \
       --extra "-ngl 99 -fa on" --out $R/llamacpp_spec_gpu.json
