@@ -3,9 +3,12 @@ retire to plain decoding when none was strictly cheaper per emitted token."""
 
 from __future__ import annotations
 
+from engine.cost.floor import PROBING
+from engine.cost.plan import FLOOR_TIMING, Cause
 from engine.lessons import seeds as S
 from engine.lessons.figure import Comparison, LessonResult, Mark, Panel, fmt, series
 from engine.lessons.runs import LessonContext, decode, workload_ids
+from engine.speculation.events import WindowEvent
 from engine.speculation.settings import DecodeSettings
 
 # low-acceptance prose: Spec-Bench's open-ended writing, drafted by a fixed tree (depth 8 x 3:
@@ -14,13 +17,16 @@ FLOOR_WORKLOAD = "specbench:writing"
 TREE = DecodeSettings(draft="tree", depth=8, width=3)
 
 
-def window_kind(reason: str, state_before: str, drafted: bool) -> str:
-    """What a window was to the floor, from its plan's reason and the floor's state before it."""
-    if not drafted:
-        if reason.startswith("AR floor: timing"):
-            return "plain step (timing)"
-        return "plain step (retired)" if reason.startswith("AR floor: retired") else "plain step (no n-gram match)"
-    return "probe window" if state_before == "probing" else "speculating"
+def window_kind(ev: WindowEvent, state_before: str) -> str:
+    """What a window was to the floor, from its plan's cause (and the floor's figures in it)
+    and the floor's state before it."""
+    if ev.tokens:
+        return "probe window" if state_before == PROBING else "speculating"
+    cause = Cause(ev.cause)
+    if cause is Cause.AR_FLOOR:
+        return ("plain step (timing)" if ev.figures.get("status") == FLOOR_TIMING
+                else "plain step (retired)")
+    return "plain step (the last token)" if cause is Cause.LAST_TOKEN else "plain step (no n-gram match)"
 
 
 def ar_floor(ctx: LessonContext) -> LessonResult:
@@ -34,10 +40,10 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
     ar = decode(ctx, ids, DecodeSettings.from_dict(base | {"draft": "none"}), label="plain AR",
                 span=(0.7, 1.0))
     kinds: dict[str, tuple[list[int], list[float], list[str]]] = {}
-    state = "probing"
+    state = PROBING
     steps = []
     for ev, (after, reason) in zip(on.events, on.floor):
-        kind = window_kind(ev.reason, state, bool(ev.tokens))
+        kind = window_kind(ev, state)
         ms_tok = ev.window_ms / len(ev.emitted)
         xs, ys, labels = kinds.setdefault(kind, ([], [], []))
         xs.append(ev.index)
@@ -49,7 +55,8 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
                       "window_ms": ev.window_ms, "ms_per_token": ms_tok, "state": after, "reason": reason})
         state = after
     colors = {"plain step (timing)": "card", "probe window": "warn", "speculating": "good",
-              "plain step (retired)": "neutral", "plain step (no n-gram match)": "info"}
+              "plain step (retired)": "neutral", "plain step (no n-gram match)": "info",
+              "plain step (the last token)": "text"}
     p1 = Panel("the floor's decision, window by window", "window", "ms per emitted token",
                tuple(series(k, xs, ys, style="points", color=colors[k], labels=tuple(lb))
                      for k, (xs, ys, lb) in kinds.items()),

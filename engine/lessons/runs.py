@@ -1,7 +1,8 @@
 """Every call the lessons make into the decoder, the runtime and the cost probe, in one place.
 
-engine.speculation is being reshaped (policies, a drafter contract, Runtime.session): when its
-public API changes, this module is what to adapt. The lessons above it see only `decode`
+What they use of the engine's public API: the Decoder (its events, its report, its factory's AR
+floor and its `on_verify` observer), the workloads and the cost probe; when that API changes,
+this module is what to adapt. The lessons above it see only `decode`
 (one request, its events and, on request, each window's raw logits and draft tree), `probe`
 (a roofline probe now) and `profile` (the card's cost profile: saved, bundled or probed).
 """
@@ -108,40 +109,7 @@ class Run:
     probes: list[tuple[float, int]] = field(default_factory=list)   # the floor's (ms, tokens) probes
 
 
-class _VerifyRecorder:
-    """The runtime as the decoder sees it, keeping the last full verify pass's raw logits
-    (early-exit draft passes, which also call verify, are left out)."""
-
-    def __init__(self, rt: Any) -> None:
-        self._rt = rt
-        self.logits: torch.Tensor | None = None
-
-    def verify(self, *args: Any, **kw: Any):
-        scores = self._rt.verify(*args, **kw)
-        if kw.get("exit_layer") is None and scores.logits is not None:
-            self.logits = scores.logits.detach().float().cpu()
-        return scores
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._rt, name)
-
-
-class _TreeRecorder:
-    """The decoder's drafter, keeping the last tree it proposed (with q, for model drafts)."""
-
-    def __init__(self, drafter: Any) -> None:
-        self._d = drafter
-        self.tree = None
-
-    def propose(self, *args: Any, **kw: Any):
-        self.tree = self._d.propose(*args, **kw)
-        return self.tree
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._d, name)
-
-
-# on_window(event, raw logits [R, V] or None, the drafted TokenTree or None): called per window
+# on_window(event, raw logits [R, V] or None, the verified TokenTree or None): called per window
 OnWindow = Callable[[WindowEvent, "torch.Tensor | None", Any], None]
 
 
@@ -149,32 +117,32 @@ def decode(ctx: LessonContext, ids: list[int], settings: DecodeSettings, *, labe
            span: tuple[float, float] = (0.0, 1.0), detail: bool = False,
            on_window: OnWindow | None = None) -> Run:
     """One request through the decoder; progress over `span` of the lesson. With `on_window`,
-    each window's raw logits (the target's, before penalties) and drafted tree are handed over
-    as the window ends (and not kept: a window's logits are rows x vocabulary floats)."""
+    each window's raw logits (the target's, before penalties) and drafted tree (None for a plain
+    step) are handed over as the window ends, from the decoder's `on_verify` (and not kept: a
+    window's logits are rows x vocabulary floats)."""
     ctx.check()
-    rt = _VerifyRecorder(ctx.rt) if on_window is not None else ctx.rt
-    dec = Decoder(rt, ids, settings, stop=ctx.stop, detail=detail or on_window is not None,
-                  open_model=draft_opener(ctx.rt))
-    trees = None
-    if on_window is not None and dec.drafter is not None:
-        trees = dec.drafter = _TreeRecorder(dec.drafter)
+    verified: list = [None, None]           # the last window's (tree, scores)
+
+    def keep(tree, scores) -> None:
+        verified[:] = [tree, scores]
+    dec = Decoder(ctx.rt, ids, settings, stop=ctx.stop, detail=detail or on_window is not None,
+                  open_model=draft_opener(ctx.rt), on_verify=keep if on_window is not None else None)
     events: list[WindowEvent] = []
     floor: list[tuple[str, str]] = []
     lo, hi = span
     for ev in dec.windows():
         events.append(ev)
-        if dec.floor is not None:
-            floor.append((dec.floor.state, dec.floor.reason))
+        f = dec.factory.floor
+        if f is not None:
+            floor.append((f.state, f.reason))
         if on_window is not None:
-            tree = trees.tree if trees is not None and ev.tokens else None
-            on_window(ev, rt.logits, tree)
-            if trees is not None:
-                trees.tree = None
+            tree, scores = verified
+            on_window(ev, scores.logits, tree if ev.tokens else None)
         ctx.say(f"{label}: {ev.stats.new_tokens}/{settings.max_new_tokens} tokens",
                 lo + (hi - lo) * ev.stats.new_tokens / settings.max_new_tokens)
     ctx.check()
     report = dec.report()
-    f = dec.floor
+    f = dec.factory.floor
     return Run(events, report, floor, ar_ms=f.ar_ms if f is not None else None,
                probes=list(f.probes) if f is not None else [])
 

@@ -72,14 +72,19 @@ class Decoder:
 
     profile: the cost profile for --adaptive (None: the device's, or a probe); draft_runtime /
     open_model: a --draft-model runtime, or how to open one (engine.session.draft_opener);
-    progress(stage, fraction): where a one-time cost probe reports."""
+    progress(stage, fraction): where a one-time cost probe reports; on_verify(tree, scores): an
+    observer (engine.lessons reads it), called once per window before its event is yielded,
+    with the tree the window verified (its q rows, for a model draft; empty for a plain step)
+    and the target's scores of that pass (`logits` raw, before penalties; None on the fast
+    path: greedy, no penalties, detail=False); it must not change them."""
 
     def __init__(self, runtime: Runtime, prompt_ids: list[int], settings: DecodeSettings,
                  controls: "queue.Queue[DecodeSettings] | None" = None,
                  stop: threading.Event | None = None, detail: bool = True, profile=None,
                  draft_runtime: Runtime | None = None,
                  open_model: Callable[[str], Runtime] | None = None,
-                 progress: Callable[[str, float], None] | None = None):
+                 progress: Callable[[str, float], None] | None = None,
+                 on_verify: Callable[[TokenTree, RowScores], None] | None = None):
         if not prompt_ids:
             raise ParameterError("the prompt is empty: give some text to continue")
         self.rt = runtime
@@ -88,6 +93,7 @@ class Decoder:
         self.controls = controls
         self.stop = stop or threading.Event()
         self.detail = detail
+        self.on_verify = on_verify
         self.tok = runtime.tokenizer
         s = settings
         # the committed stream (prompt, then every emitted token); its last token is the next
@@ -160,6 +166,8 @@ class Decoder:
             t3 = time.perf_counter()
             stats.wall_s = t3 - t_start
             self.finish_reason = finish
+            if self.on_verify is not None:
+                self.on_verify(tree, scores)
             yield self._emit(plan, parts, tree, scores, outcome, emitted, kinds, finish,
                              (t1 - t0, t2 - t1, t3 - t2))
             if finish:

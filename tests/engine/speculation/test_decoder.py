@@ -125,3 +125,36 @@ def test_switching_drafters_mid_run_rebuilds_through_the_factory(cpu_runtime) ->
             controls.put(dataclasses.replace(s, draft="lookup"))
     assert dec.report()["tokens"] == ref["tokens"]
     assert seen[0] == "tree" and seen[1:3] == ["early-exit"] * 2 and set(seen[3:]) <= {"lookup"}
+
+
+def test_on_verify_sees_each_windows_tree_and_raw_logits(cpu_runtime) -> None:
+    """The observer hook: called once per window before its event, with the tree the event
+    shows (q rows included, for the early exit at T 0.7) and the target's raw logits of that
+    pass, from which the event's p and q per row are read back."""
+    import pytest
+
+    from engine.speculation.sampling import SamplingConfig, target_probs
+    cfg = SamplingConfig(temperature=0.7)
+    ids = cpu_runtime.tokenizer.encode("Once upon a time, a lighthouse keeper")
+    seen: list = []
+    dec = Decoder(cpu_runtime, ids, DecodeSettings(draft="early-exit", exit_layer=6, depth=3,
+                                                   sampling=cfg, seed=3, max_new_tokens=12),
+                  on_verify=lambda tree, scores: seen.append((tree, scores)))
+    events = []
+    for ev in dec.windows():
+        assert len(seen) == len(events) + 1           # called before this window's event
+        events.append(ev)
+    drafted = 0
+    for ev, (tree, scores) in zip(events, seen, strict=True):
+        assert list(tree.tokens) == ev.tokens and tree.root == ev.root_token
+        assert scores.logits is not None and scores.logits.shape[0] == len(ev.rows) == 1 + len(ev.tokens)
+        p = target_probs(scores.logits.float(), cfg)  # no penalties: the raw logits give p
+        for i, tok in enumerate(tree.tokens):
+            row = ev.rows[i + 1]
+            if row.accept_prob is None:               # below a rejection: never tested
+                continue
+            drafted += 1
+            assert row.q == pytest.approx(float(tree.q[i][tok]), rel=1e-5)
+            parent_row = tree.parents[i] + 1               # a node is drawn from its parent's row
+            assert row.p == pytest.approx(float(p[parent_row, tok]), rel=1e-4, abs=1e-9)
+    assert drafted > 0
