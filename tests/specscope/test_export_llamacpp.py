@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp"
+CPU_BENCH = FIX / "llama-bench_cpu-t1_smollm2-q4_1_d1024.json"
 OLD_EXPORT = ("-m m.gguf --spec-type ngram-simple --spec-ngram-size-n 4 --spec-ngram-size-m 16 "
               "--draft-max 16 --draft-min 0")      # what specscope exported before (issue 23)
 
 
 def llama_bench_fixtures() -> list[Path]:
-    """Every captured llama-bench JSON (this CPU's; others, e.g. a GPU's, are added beside it)."""
+    """Every captured llama-bench JSON (this CPU's; others, e.g. a GPU's, are added beside it:
+    a raw `llama-bench -o json` list or {provenance..., "records": [...]} both load)."""
     return sorted(FIX.glob("llama-bench_*.json"))
 
 
@@ -94,7 +96,7 @@ def test_the_priced_export_is_the_best_on_llamacpps_curve(bench_json, sweep, hel
 def test_nothing_pays_on_a_card_where_rows_are_dear(sweep, tmp_path, capsys) -> None:
     """The real CPU curve with every pass of 2+ rows made 2.5x dearer (the one-row step kept):
     speculation cannot pay for its rows there, and the export says so instead of recommending."""
-    src = json.loads(llama_bench_fixtures()[0].read_text())
+    src = json.loads(CPU_BENCH.read_text())
     for r in src["records"]:
         if r["n_prompt"] >= 2:
             r["samples_ns"] = [int(x * 2.5) for x in r["samples_ns"]]

@@ -17,11 +17,11 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp"
 
 
 def _bench_json() -> Path:
-    return sorted(FIX.glob("llama-bench_*.json"))[0]
+    return FIX / "llama-bench_cpu-t1_smollm2-q4_1_d1024.json"
 
 
 def _fake_llama_bench(tmp_path: Path) -> Path:
-    records = json.loads(_bench_json().read_text())["records"]
+    records = json.loads(_bench_json().read_text())["records"]   # this CPU's fixture (provenance-wrapped)
     (tmp_path / "records.json").write_text(json.dumps(records))
     b = tmp_path / "llama-bench"
     b.write_text("#!/bin/sh\n"
