@@ -13,7 +13,8 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout
 
 from engine.errors import ParameterError
 from engine.speculation.sampling import SamplingConfig
-from engine.speculation.settings import DRAFTERS, MATCH_RULES, NGRAM_DRAFTERS, DecodeSettings
+from engine.speculation.settings import (DRAFTERS, LLAMACPP_DRAFTERS, MATCH_RULES, NGRAM_DRAFTERS,
+                                        DecodeSettings)
 
 
 def _fit(w: QWidget) -> QWidget:
@@ -266,7 +267,8 @@ class ControlsPanel(QScrollArea):
         self.depth.setEnabled(kind != "none")
         self.ar_floor.setEnabled(kind != "none")
         for w in (self.ngram_min, self.ngram_max, self.match):
-            w.setEnabled(kind in NGRAM_DRAFTERS)
+            # llama.cpp's drafters: --ngram-max is their size_n; they have no match rule
+            w.setEnabled(kind in NGRAM_DRAFTERS or (kind in LLAMACPP_DRAFTERS and w is not self.match))
         self.adaptive.setEnabled(kind != "none")          # model drafts are priced too
         self.width.setEnabled(kind in ("tree", "model", "early-exit"))   # model drafts: trees
         self.exit_layer.setEnabled(kind == "early-exit")

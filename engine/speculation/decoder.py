@@ -28,7 +28,7 @@ from engine.speculation.drafters import Drafter, TreeDrafter, make_drafter, tree
 from engine.speculation.model_drafters import make_model_drafter, model_tree_rows, size_warning
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng
-from engine.speculation.settings import MODEL_DRAFTERS, DecodeSettings
+from engine.speculation.settings import LLAMACPP_DRAFTERS, MODEL_DRAFTERS, DecodeSettings
 from engine.speculation.takeover import NGRAM, PLAIN, Takeover, priced_takeover
 from engine.speculation.tree import TokenTree
 from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_greedy_top_k, verify_sampled
@@ -308,7 +308,7 @@ class Decoder:
         s = self.settings
         self._kind = None
         depth = max(0, min(s.depth, remaining - 1))
-        width = 1 if s.draft == "lookup" else s.width
+        width = 1 if s.draft == "lookup" or s.draft in LLAMACPP_DRAFTERS else s.width   # chains
         if self.drafter is None or depth == 0:
             return Choice(0, 0, 1, float("nan"), 1.0, "plain decode: no drafter" if self.drafter
                           is None else "plain decode: the last token of the request")
