@@ -139,3 +139,22 @@ def test_vllm_is_the_whole_serve_line(sweep, tmp_path, capsys) -> None:
     assert words[:3] == ["vllm", "serve", sweep["model"]["source"]] and words[3] == "--speculative-config"
     assert json.loads(words[4])["method"] == "ngram"
     assert "vllm-gguf-plugin" in err          # the bundled model is a GGUF
+
+
+def test_the_exported_command_starts_the_pinned_llamacpp(sweep, tmp_path) -> None:
+    """With $LLAMA_CPP_BIN (a build's bin/ folder), every cell's export and the priced one run
+    llama-speculative-simple for 4 tokens (skipped where no build is at hand, e.g. CI)."""
+    import os
+    import subprocess
+    from engine.tuning.export import export_cell
+    bindir = os.environ.get("LLAMA_CPP_BIN")
+    if not bindir or not (Path(bindir) / "llama-speculative-simple").is_file():
+        pytest.skip("set LLAMA_CPP_BIN to a llama.cpp build's bin/ to start the exported commands")
+    (tmp_path / "p.txt").write_text("def f(x):\n    return x\n\ndef f(x):\n    return x\n")
+    commands = {export_cell(c, sweep, "llamacpp").text for c in sweep["cells"] if c["status"] == "done"}
+    for text in commands:
+        words = shlex.split(text)
+        r = subprocess.run([str(Path(bindir) / "llama-speculative-simple"), *words[1:], "-f",
+                            str(tmp_path / "p.txt"), "-n", "4", "--temp", "0"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and "decoded" in r.stderr + r.stdout, (text, r.stderr[-500:])
