@@ -151,7 +151,11 @@ def test_the_exported_command_starts_the_pinned_llamacpp(sweep, tmp_path) -> Non
     if not bindir or not (Path(bindir) / "llama-speculative-simple").is_file():
         pytest.skip("set LLAMA_CPP_BIN to a llama.cpp build's bin/ to start the exported commands")
     (tmp_path / "p.txt").write_text("def f(x):\n    return x\n\ndef f(x):\n    return x\n")
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_price import price_sweep
     commands = {export_cell(c, sweep, "llamacpp").text for c in sweep["cells"] if c["status"] == "done"}
+    for p in price_sweep(sweep, load_llama_bench_json(CPU_BENCH)).ranked[:3]:
+        commands.add(shlex.join(["llama-server", "-m", sweep["model"]["source"], *p.config.flags()]))
     for text in commands:
         words = shlex.split(text)
         r = subprocess.run([str(Path(bindir) / "llama-speculative-simple"), *words[1:], "-f",
