@@ -50,6 +50,10 @@ DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([
 DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 ACCEPTED = re.compile(r"n_accept\s*=\s*(\d+)")
 BUILD = re.compile(r"build: (\d+) \(([0-9a-f]+)\)")
+# common_perf_print: where a window's time goes besides the pass (sampling every row on the host;
+# graphs rebuilt when the batch size changes from one window to the next)
+SAMPLING = re.compile(r"sampling time =\s+([\d.]+) ms")
+REUSED = re.compile(r"graphs reused =\s+(\d+)")
 
 
 def config_flags(text: str) -> list[str]:
@@ -111,7 +115,10 @@ def run_one(binary: Path, model: str, prompt_file: Path, tokens: int, flags: lis
         tail = " | ".join(x for x in log.strip().splitlines()[-3:])
         raise SystemExit(f"llama-speculative-simple failed (exit {r.returncode}): {shlex.join(cmd)}\n  {tail}")
     d, a, b = DRAFTED.search(log), ACCEPTED.search(log), BUILD.search(log)
+    smp, reused = SAMPLING.search(log), REUSED.search(log)
     return {"tok_s": float(m.group(3)), "decoded": int(m.group(1)), "decode_s": float(m.group(2)),
+            "sampling_ms": float(smp.group(1)) if smp else None,
+            "graphs_reused": int(reused.group(1)) if reused else None,
             "drafted": int(d.group(1)) if d else None, "accepted": int(a.group(1)) if a else None,
             "build": f"{b.group(1)} ({b.group(2)})" if b else None,
             "wall_s": round(time.perf_counter() - t0, 3), "command": shlex.join(cmd)}
