@@ -167,17 +167,48 @@ def main(argv: list[str] | None = None) -> int:
                           f"drafted {r['drafted']} accepted {r['accepted']}", file=sys.stderr, flush=True)
     table = summarize(runs, list(variants))
     print(format_table(table, list(variants)))
+    fit = window_cost_fit(runs)
+    if fit:
+        print(f"measured window cost, in plain steps of the same prompt and repeat: {fit['per_window']:.2f} a "
+              f"window + {fit['per_drafted_row']:.2f} a drafted row (fit over {fit['runs']} runs, "
+              f"{100 * fit['rel_rms']:.0f}% rms); compare the profile's ms(R)/ms(1)")
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "binary": str(binary),
            "build": next((r["build"] for r in runs if r["build"]), None), "model": a.model,
            "tokens": a.tokens, "threads": a.threads, "extra": a.extra, "variants": variants,
            "exported_config": config.strip(), "loadavg_start": load0,
            "loadavg_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-           "table": table, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}
+           "table": table, "window_cost_fit": fit, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}
                                                       for p in prompts]}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"written {a.out}", file=sys.stderr)
     return 0
+
+
+def window_cost_fit(runs: list[dict]) -> dict | None:
+    """What a window of llama.cpp's real loop costs: decode time over the same prompt and
+    repeat's plain per-token time = a * windows + b * drafted rows (least squares over the
+    speculative runs; windows = decoded - accepted, as each emits its accepted drafts plus one).
+    llama-bench's prompt pass computes one row of logits; a verify pass computes and samples
+    every row's, so b can exceed the pp curve's slope."""
+    import numpy as np
+    X, y = [], []
+    for r in runs:
+        if r["variant"] == "plain" or r["drafted"] is None:
+            continue
+        plain = next((x for x in runs if x["variant"] == "plain" and x["prompt"] == r["prompt"]
+                      and x["repeat"] == r["repeat"]), None)
+        if plain is None or not plain["decoded"]:
+            continue
+        X.append([r["decoded"] - r["accepted"], r["drafted"]])
+        y.append(r["decode_s"] / (plain["decode_s"] / plain["decoded"]))
+    if len(X) < 3:
+        return None
+    A, b = np.array(X, float), np.array(y)
+    coef, *_ = np.linalg.lstsq(A, b, rcond=None)
+    rms = float(np.sqrt(np.mean(((A @ coef - b) / b) ** 2)))
+    return {"per_window": round(float(coef[0]), 3), "per_drafted_row": round(float(coef[1]), 3),
+            "runs": len(X), "rel_rms": round(rms, 3)}
 
 
 def summarize(runs: list[dict], variants: list[str]) -> dict:
