@@ -138,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra", default="", help="more flags for every run, e.g. \"-ngl 99 -fa on\"")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--sweep", default=None,
+                    help="the sweep.json the export was priced from: with --profile, calibrate the "
+                         "priced window cost against these runs (specscope export --row-overhead)")
+    ap.add_argument("--profile", default=None, help="the llama.cpp profile (or llama-bench JSON) it was priced on")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
 
@@ -162,11 +166,18 @@ def main(argv: list[str] | None = None) -> int:
                 for name, flags in variants.items():
                     r = run_one(binary, a.model, f, a.tokens, flags, a.threads, extra, a.timeout)
                     runs.append({"prompt": p["id"], "category": p["category"], "variant": name,
-                                 "repeat": rep, **r})
+                                 "repeat": rep, "flags": flags, **r})
                     print(f"[{i + 1}/{len(prompts)}] {p['id']:<28} {name:<13} {r['tok_s']:>9.1f} tok/s "
                           f"drafted {r['drafted']} accepted {r['accepted']}", file=sys.stderr, flush=True)
     table = summarize(runs, list(variants))
     print(format_table(table, list(variants)))
+    calib = calibrate(a.sweep, a.profile, runs, variants) if a.sweep and a.profile else None
+    if calib:
+        for x in calib["runs"]:
+            print(f"{x['prompt']:<28} {x['variant']:<13} priced {x['priced_steps']:7.1f} plain steps, "
+                  f"measured {x['measured_steps']:7.1f} ({x['drafted']} drafted rows)")
+        print(f"calibrated: each drafted row costs {calib['row_overhead']:.3f} plain steps above "
+              f"llama-bench's pass: specscope export ... --row-overhead {calib['row_overhead']:.3f}")
     fit = window_cost_fit(runs)
     if fit:
         print(f"measured window cost, in plain steps of the same prompt and repeat: {fit['per_window']:.2f} a "
@@ -177,12 +188,21 @@ def main(argv: list[str] | None = None) -> int:
            "tokens": a.tokens, "threads": a.threads, "extra": a.extra, "variants": variants,
            "exported_config": config.strip(), "loadavg_start": load0,
            "loadavg_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-           "table": table, "window_cost_fit": fit, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}
+           "table": table, "window_cost_fit": fit, "calibration": calib, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}
                                                       for p in prompts]}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"written {a.out}", file=sys.stderr)
     return 0
+
+
+def calibrate(sweep: str, profile: str, runs: list[dict], variants: dict | None = None) -> dict | None:
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_price import calibrate_row_overhead, streams_from_sweep, sweep_prompt_ids
+    from engine.tuning.sweep_file import load_sweep
+    res = load_sweep(sweep)
+    return calibrate_row_overhead(streams_from_sweep(res, sweep_prompt_ids(res)),
+                                  load_llama_bench_json(profile), runs, variants)
 
 
 def window_cost_fit(runs: list[dict]) -> dict | None:

@@ -162,3 +162,27 @@ def test_the_exported_command_starts_the_pinned_llamacpp(sweep, tmp_path) -> Non
                             str(tmp_path / "p.txt"), "-n", "4", "--temp", "0"],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0 and "decoded" in r.stderr + r.stdout, (text, r.stderr[-500:])
+
+
+def test_calibrated_on_llamacpps_real_loop_nothing_pays_on_this_cpu(sweep, tmp_path, capsys) -> None:
+    """bench/llamacpp_spec.py's runs on this CPU (fixture: plain, --spec-default's settings,
+    ngram-simple 12/48 and the configuration the uncalibrated export chose, all slower than
+    plain there) calibrate the drafted row's extra cost; priced with it, the export keeps plain
+    decoding, as llama.cpp's own runs did."""
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_price import (calibrate_row_overhead, price_sweep, sweep_prompt_ids,
+                                              streams_from_sweep)
+    bench = json.loads((FIX / "llamacpp_spec_cpu_code-edit.json").read_text())
+    t = bench["table"]["all"]
+    assert max(t["spec-default"], t["ngram-simple"], t["exported"]) < t["plain"]
+    cal = calibrate_row_overhead(streams_from_sweep(sweep, sweep_prompt_ids(sweep)),
+                                 load_llama_bench_json(CPU_BENCH), bench["runs"], bench["variants"])
+    e = cal["row_overhead"]
+    assert 0.2 < e < 2.0
+    assert len(cal["runs"]) == 20          # 5 prompts x 2 repeats x the two replayable variants
+    assert price_sweep(sweep, load_llama_bench_json(CPU_BENCH)).chosen is not None   # uncalibrated
+    assert price_sweep(sweep, load_llama_bench_json(CPU_BENCH), row_overhead=e).chosen is None
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "llamacpp", "--price-with",
+                             str(CPU_BENCH), "--row-overhead", str(e))
+    assert code == 0 and out.strip() == "plain decoding: no speculative configuration pays on this card"
