@@ -326,11 +326,12 @@ def calibrate_row_overhead(streams: Sequence[Stream], profile: CostProfile,
                       and x["repeat"] == r["repeat"]), None)
         if plain is None or not plain["decoded"] or not r["decoded"]:
             continue
-        wins = replay(s, cfg)
+        n = min(len(s.output), r["decoded"])          # the run's length, not the sweep's
+        wins = replay(Stream(s.id, s.prompt, s.output[:n], s.category), cfg)
         priced = sum(base(k) / one for k, _ in wins)
         drafted = sum(k - 1 for k, _ in wins)
         step = plain["decode_s"] / plain["decoded"]
-        measured = r["decode_s"] / step * len(s.output) / r["decoded"]
+        measured = r["decode_s"] / step * n / r["decoded"]
         rows.append({"prompt": r["prompt"], "variant": r["variant"], "priced_steps": round(priced, 2),
                      "measured_steps": round(measured, 2), "drafted": drafted})
         num += drafted * (measured - priced)
