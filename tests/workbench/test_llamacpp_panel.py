@@ -59,3 +59,8 @@ def test_probe_overlay_price_and_copy(qtbot, make_window, tmp_path):
         assert panel.command.text().startswith("plain decoding: no speculative configuration pays")
     panel.copy()
     assert QGuiApplication.clipboard().text() == panel.command.text()
+    # the measured extra cost of a drafted row on this CPU (bench/llamacpp_spec.py): nothing pays
+    panel.overhead.setValue(0.51)
+    assert panel.price()
+    assert panel.command.text() == "plain decoding: no speculative configuration pays on this card"
+    assert "x plain" in panel.answer.text() or "plain" in panel.answer.text()
