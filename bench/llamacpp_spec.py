@@ -50,6 +50,10 @@ DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([
 DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 ACCEPTED = re.compile(r"n_accept\s*=\s*(\d+)")
 BUILD = re.compile(r"build: (\d+) \(([0-9a-f]+)\)")
+# common_perf_print: where a window's time goes besides the pass (sampling every row on the host;
+# graphs rebuilt when the batch size changes from one window to the next)
+SAMPLING = re.compile(r"sampling time =\s+([\d.]+) ms")
+REUSED = re.compile(r"graphs reused =\s+(\d+)")
 
 
 def config_flags(text: str) -> list[str]:
@@ -111,7 +115,10 @@ def run_one(binary: Path, model: str, prompt_file: Path, tokens: int, flags: lis
         tail = " | ".join(x for x in log.strip().splitlines()[-3:])
         raise SystemExit(f"llama-speculative-simple failed (exit {r.returncode}): {shlex.join(cmd)}\n  {tail}")
     d, a, b = DRAFTED.search(log), ACCEPTED.search(log), BUILD.search(log)
+    smp, reused = SAMPLING.search(log), REUSED.search(log)
     return {"tok_s": float(m.group(3)), "decoded": int(m.group(1)), "decode_s": float(m.group(2)),
+            "sampling_ms": float(smp.group(1)) if smp else None,
+            "graphs_reused": int(reused.group(1)) if reused else None,
             "drafted": int(d.group(1)) if d else None, "accepted": int(a.group(1)) if a else None,
             "build": f"{b.group(1)} ({b.group(2)})" if b else None,
             "wall_s": round(time.perf_counter() - t0, 3), "command": shlex.join(cmd)}
@@ -131,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra", default="", help="more flags for every run, e.g. \"-ngl 99 -fa on\"")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--sweep", default=None,
+                    help="the sweep.json the export was priced from: with --profile, calibrate the "
+                         "priced window cost against these runs (specscope export --row-overhead)")
+    ap.add_argument("--profile", default=None, help="the llama.cpp profile (or llama-bench JSON) it was priced on")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
 
@@ -155,22 +166,69 @@ def main(argv: list[str] | None = None) -> int:
                 for name, flags in variants.items():
                     r = run_one(binary, a.model, f, a.tokens, flags, a.threads, extra, a.timeout)
                     runs.append({"prompt": p["id"], "category": p["category"], "variant": name,
-                                 "repeat": rep, **r})
+                                 "repeat": rep, "flags": flags, **r})
                     print(f"[{i + 1}/{len(prompts)}] {p['id']:<28} {name:<13} {r['tok_s']:>9.1f} tok/s "
                           f"drafted {r['drafted']} accepted {r['accepted']}", file=sys.stderr, flush=True)
     table = summarize(runs, list(variants))
     print(format_table(table, list(variants)))
+    calib = calibrate(a.sweep, a.profile, runs, variants) if a.sweep and a.profile else None
+    if calib:
+        for x in calib["runs"]:
+            print(f"{x['prompt']:<28} {x['variant']:<13} priced {x['priced_steps']:7.1f} plain steps, "
+                  f"measured {x['measured_steps']:7.1f} ({x['drafted']} drafted rows)")
+        print(f"calibrated: each drafted row costs {calib['row_overhead']:.3f} plain steps above "
+              f"llama-bench's pass: specscope export ... --row-overhead {calib['row_overhead']:.3f}")
+    fit = window_cost_fit(runs)
+    if fit:
+        print(f"measured window cost, in plain steps of the same prompt and repeat: {fit['per_window']:.2f} a "
+              f"window + {fit['per_drafted_row']:.2f} a drafted row (fit over {fit['runs']} runs, "
+              f"{100 * fit['rel_rms']:.0f}% rms); compare the profile's ms(R)/ms(1)")
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "binary": str(binary),
            "build": next((r["build"] for r in runs if r["build"]), None), "model": a.model,
            "tokens": a.tokens, "threads": a.threads, "extra": a.extra, "variants": variants,
            "exported_config": config.strip(), "loadavg_start": load0,
            "loadavg_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-           "table": table, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}
+           "table": table, "window_cost_fit": fit, "calibration": calib, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}
                                                       for p in prompts]}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"written {a.out}", file=sys.stderr)
     return 0
+
+
+def calibrate(sweep: str, profile: str, runs: list[dict], variants: dict | None = None) -> dict | None:
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_price import calibrate_row_overhead, streams_from_sweep, sweep_prompt_ids
+    from engine.tuning.sweep_file import load_sweep
+    res = load_sweep(sweep)
+    return calibrate_row_overhead(streams_from_sweep(res, sweep_prompt_ids(res)),
+                                  load_llama_bench_json(profile), runs, variants)
+
+
+def window_cost_fit(runs: list[dict]) -> dict | None:
+    """What a window of llama.cpp's real loop costs: decode time over the same prompt and
+    repeat's plain per-token time = a * windows + b * drafted rows (least squares over the
+    speculative runs; windows = decoded - accepted, as each emits its accepted drafts plus one).
+    llama-bench's prompt pass computes one row of logits; a verify pass computes and samples
+    every row's, so b can exceed the pp curve's slope."""
+    import numpy as np
+    X, y = [], []
+    for r in runs:
+        if r["variant"] == "plain" or r["drafted"] is None:
+            continue
+        plain = next((x for x in runs if x["variant"] == "plain" and x["prompt"] == r["prompt"]
+                      and x["repeat"] == r["repeat"]), None)
+        if plain is None or not plain["decoded"]:
+            continue
+        X.append([r["decoded"] - r["accepted"], r["drafted"]])
+        y.append(r["decode_s"] / (plain["decode_s"] / plain["decoded"]))
+    if len(X) < 3:
+        return None
+    A, b = np.array(X, float), np.array(y)
+    coef, *_ = np.linalg.lstsq(A, b, rcond=None)
+    rms = float(np.sqrt(np.mean(((A @ coef - b) / b) ** 2)))
+    return {"per_window": round(float(coef[0]), 3), "per_drafted_row": round(float(coef[1]), 3),
+            "runs": len(X), "rel_rms": round(rms, 3)}
 
 
 def summarize(runs: list[dict], variants: list[str]) -> dict:

@@ -147,6 +147,9 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
                    help="--format llamacpp: choose the llama.cpp configuration with the most tokens "
                         "per ms on this llama.cpp profile (specscope roofline --engine llamacpp, or a "
                         "llama-bench -o json file), acceptance replayed from the sweep's plain runs")
+    p.add_argument("--row-overhead", type=float, default=0.0, metavar="STEPS",
+                   help="--price-with: what each drafted row costs beyond llama-bench's pass, in "
+                        "plain steps (bench/llamacpp_spec.py --sweep --profile measures it; default 0)")
     p.add_argument("--check-binary", metavar="PATH", default=None,
                    help="--format llamacpp: run PATH --help (your llama-server, llama-cli or "
                         "llama-speculative-simple) and name any exported flag it rejects")
@@ -183,10 +186,13 @@ def _priced_llamacpp(a: argparse.Namespace, res: dict) -> tuple[str, list[str], 
                                                type_notes)
     from engine.tuning.llamacpp_price import price_sweep
     profile = load_llama_bench_json(a.price_with)
-    p = price_sweep(res, profile)
+    p = price_sweep(res, profile, row_overhead=a.row_overhead)
     label = f"{llamacpp_label(profile)} on {profile.device.split(' · ')[0]}, {profile.model}, depth {profile.context}"
     report = priced_lines(p.chosen, p.ranked, p.plain_tok_s, label)
-    notes = [f"acceptance replayed from the sweep's plain runs on {p.prompts} prompts"]
+    notes = [f"acceptance replayed from the sweep's plain runs on {p.prompts} prompts"
+             + (f"; each drafted row priced {a.row_overhead:g} plain steps above llama-bench's pass"
+                if a.row_overhead else "; windows priced on llama-bench's prompt passes (one row "
+                "of logits: add --row-overhead from bench/llamacpp_spec.py where a verify costs more)")]
     if not p.greedy:
         notes.append("the sweep was sampled: the replay assumes greedy outputs, so the prediction is rougher")
     if p.chosen is None:

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout
 
 from engine.errors import ParameterError
 from engine.speculation.setting_fields import BY_NAME, FIELDS, SettingField
-from engine.speculation.settings import MODEL_DRAFTERS, NGRAM_DRAFTERS, DecodeSettings
+from engine.speculation.settings import LLAMACPP_DRAFTERS, MODEL_DRAFTERS, NGRAM_DRAFTERS, DecodeSettings
 
 from workbench.widgets import pass_window_keys
 
@@ -268,7 +268,8 @@ class ControlsPanel(QScrollArea):
         self.depth.setEnabled(kind != "none")
         self.ar_floor.setEnabled(kind != "none")
         for w in (self.ngram_min, self.ngram_max, self.match):
-            w.setEnabled(kind in NGRAM_DRAFTERS)
+            # llama.cpp's drafters: --ngram-max is their size_n; they have no match rule
+            w.setEnabled(kind in NGRAM_DRAFTERS or (kind in LLAMACPP_DRAFTERS and w is not self.match))
         self.adaptive.setEnabled(kind != "none")          # model drafts are priced too
         self.width.setEnabled(kind in ("tree", "model", "early-exit"))   # model drafts: trees
         self.exit_layer.setEnabled(kind == "early-exit")

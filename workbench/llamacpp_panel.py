@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QFileDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QSizePolicy,
-                               QSpinBox, QWidget)
+from PySide6.QtWidgets import (QDoubleSpinBox, QFileDialog, QLabel, QLineEdit, QProgressBar,
+                               QPushButton, QSizePolicy, QSpinBox, QWidget)
 
 from engine.errors import SpecscopeError
 from workbench.widgets import column, row
@@ -61,6 +61,12 @@ class LlamaCppPanel(QWidget):
         self.load_button = QPushButton("Load…")
         self.load_button.setToolTip("a saved llama.cpp profile or llama-bench -o json file")
         self.load_button.clicked.connect(self._load_dialog)
+        self.overhead = QDoubleSpinBox()
+        self.overhead.setRange(0.0, 9.99)
+        self.overhead.setSingleStep(0.05)
+        self.overhead.setDecimals(2)
+        self.overhead.setToolTip("what each drafted row costs beyond llama-bench's pass, in plain steps "
+                                 "(bench/llamacpp_spec.py --sweep --profile measures it; 0 trusts the curve)")
         self.price_button = QPushButton("Price sweep")
         self.price_button.clicked.connect(self.price)
         self.bar = QProgressBar()
@@ -78,7 +84,8 @@ class LlamaCppPanel(QWidget):
         self.copy_button.clicked.connect(self.copy)
         column(self, row(QLabel("llama.cpp"), (self.binary, 1), pick, QLabel("depth"), self.context,
                          self.probe_button, self.load_button),
-               self.bar, self.summary, row((self.answer, 1), self.price_button),
+               self.bar, self.summary,
+               row((self.answer, 1), QLabel("+row"), self.overhead, self.price_button),
                row((self.command, 1), self.copy_button))
         self._enable()
 
@@ -165,7 +172,7 @@ class LlamaCppPanel(QWidget):
             self._on_failed("price needs a llama.cpp curve and a sweep with its plain runs done")
             return False
         try:
-            p = self.pricing = price_sweep(res, self.profile)
+            p = self.pricing = price_sweep(res, self.profile, row_overhead=self.overhead.value())
         except SpecscopeError as e:
             self._on_failed(str(e))
             return False

@@ -148,9 +148,7 @@ def profile_from_llama_bench(records: Any, depth: int | None = None, source: str
     try:
         depths = sorted({int(r.get("n_depth", 0)) for r in records})
         if depth is None:
-            if len(depths) != 1:
-                raise LlamaBenchError(f"the llama-bench JSON holds depths {depths}: say which one")
-            depth = depths[0]
+            depth = depths[-1]          # several depths: the deepest (verify runs deep in a context)
         at = [r for r in records if int(r.get("n_depth", 0)) == depth]
         pp = {int(r["n_prompt"]): _median_ms(r) for r in at
               if int(r.get("n_gen", 0)) == 0 and int(r.get("n_prompt", 0)) > 0}

@@ -28,7 +28,7 @@ from engine.speculation.policies import (ArFloorPolicy, FixedPolicy, Learning, P
                                          PricedPolicy, PricedTakeoverPolicy, TakeoverPolicy,
                                          WindowPolicy)
 from engine.speculation.sampling import Rng, SamplingConfig
-from engine.speculation.settings import DecodeSettings, MODEL_DRAFTERS
+from engine.speculation.settings import LLAMACPP_DRAFTERS, MODEL_DRAFTERS, DecodeSettings
 from engine.speculation.takeover import Takeover
 from engine.speculation.tree import TokenTree
 from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_greedy_top_k, verify_sampled
@@ -167,7 +167,7 @@ class PartsFactory:
 
     def _policy(self, s: DecodeSettings) -> WindowPolicy:
         chooser = self.chooser if s.adaptive and s.draft != "none" else None
-        width = 1 if s.draft == "lookup" else s.width
+        width = 1 if s.draft == "lookup" or s.draft in LLAMACPP_DRAFTERS else s.width   # chains
         if s.draft == "none":
             policy: WindowPolicy = PlainPolicy()
         elif self.ngram is not None and chooser is not None:

@@ -166,13 +166,22 @@ def pass_ms(profile: CostProfile):
 
 
 def price(streams: Sequence[Stream], profile: CostProfile,
-          grid: Iterable[LlamaCppConfig] | None = None) -> list[Priced]:
-    """Every configuration of `grid` priced on `profile`, best first."""
+          grid: Iterable[LlamaCppConfig] | None = None, row_overhead: float = 0.0) -> list[Priced]:
+    """Every configuration of `grid` priced on `profile`, best first. row_overhead: what each
+    drafted row costs beyond the profile's pass, in plain steps (llama-bench's prompt pass
+    computes one row of logits, a verify pass all of them and samples each: measured by
+    bench/llamacpp_spec.py --sweep --profile; 0 trusts the curve)."""
+    if not 0.0 <= row_overhead < 10.0:
+        raise ParameterError(f"--row-overhead is in plain steps per drafted row, 0 to 10; got {row_overhead}")
     if not streams:
         raise ParameterError("no prompts to price: the sweep has no plain-decoding outputs")
     grid = list(default_grid() if grid is None else grid)
     plain = plain_tok_s(profile)
-    cost = pass_ms(profile)
+    base = pass_ms(profile)
+    one = base(1)
+
+    def cost(rows: int) -> float:
+        return base(rows) + row_overhead * one * (rows - 1)
     indexes: dict[tuple[str, int], NgramSimpleIndex] = {}
     out = []
     for cfg in grid:
@@ -269,8 +278,64 @@ class SweepPricing:
 
 
 def price_sweep(result: dict[str, Any], profile: CostProfile,
-                grid: Iterable[LlamaCppConfig] | None = None, min_gain: float = MIN_GAIN) -> SweepPricing:
+                grid: Iterable[LlamaCppConfig] | None = None, min_gain: float = MIN_GAIN,
+                row_overhead: float = 0.0) -> SweepPricing:
     streams = streams_from_sweep(result, sweep_prompt_ids(result))
-    ranked = price(streams, profile, grid)
+    ranked = price(streams, profile, grid, row_overhead)
     return SweepPricing(ranked, choose(ranked, min_gain), plain_tok_s(profile), len(streams),
                         sweep_is_greedy(result))
+
+
+def config_from_flags(words: Sequence[str]) -> LlamaCppConfig | None:
+    """The n-gram configuration of a llama.cpp command's flags (None: no n-gram type of ours;
+    sizes not given are the pinned tree's defaults, 12 and 48)."""
+    w = list(words)
+    if "--spec-type" not in w:
+        return None
+    t = w[w.index("--spec-type") + 1]
+    if t not in LLAMACPP_NGRAM_TYPES:
+        return None
+
+    def val(flag: str, default: int) -> int:
+        return int(w[w.index(flag) + 1]) if flag in w else default
+    return LlamaCppConfig(t, val(f"--spec-{t}-size-n", DEFAULT_SIZE_N), val(f"--spec-{t}-size-m", DEFAULT_SIZE_M),
+                          val(f"--spec-{t}-min-hits", 1))
+
+
+def calibrate_row_overhead(streams: Sequence[Stream], profile: CostProfile,
+                           runs: Sequence[dict[str, Any]],
+                           variants: dict[str, list[str]] | None = None) -> dict[str, Any] | None:
+    """The row_overhead that makes the priced windows match llama.cpp's measured runs.
+
+    runs: bench/llamacpp_spec.py's, each {prompt, repeat, variant, flags, decode_s, decoded},
+    the plain variant among them (`variants`: variant -> flags, for runs without their own). Per speculative run: measured plain steps = decode_s over the
+    same prompt and repeat's plain step, scaled to the replayed token count; priced = sum of
+    ms(R)/ms(1) over the replayed windows; the overhead e solves measured = priced + e x drafted
+    rows (least squares through the origin)."""
+    base = pass_ms(profile)
+    one = base(1)
+    by_id = {s.id: s for s in streams}
+    num = den = 0.0
+    rows = []
+    for r in runs:
+        cfg = config_from_flags(r.get("flags") or (variants or {}).get(r["variant"]) or [])
+        s = by_id.get(r["prompt"])
+        if cfg is None or s is None or r["variant"] == "plain":
+            continue
+        plain = next((x for x in runs if x["variant"] == "plain" and x["prompt"] == r["prompt"]
+                      and x["repeat"] == r["repeat"]), None)
+        if plain is None or not plain["decoded"] or not r["decoded"]:
+            continue
+        n = min(len(s.output), r["decoded"])          # the run's length, not the sweep's
+        wins = replay(Stream(s.id, s.prompt, s.output[:n], s.category), cfg)
+        priced = sum(base(k) / one for k, _ in wins)
+        drafted = sum(k - 1 for k, _ in wins)
+        step = plain["decode_s"] / plain["decoded"]
+        measured = r["decode_s"] / step * n / r["decoded"]
+        rows.append({"prompt": r["prompt"], "variant": r["variant"], "priced_steps": round(priced, 2),
+                     "measured_steps": round(measured, 2), "drafted": drafted})
+        num += drafted * (measured - priced)
+        den += drafted * drafted
+    if not rows or den == 0:
+        return None
+    return {"row_overhead": round(max(0.0, num / den), 3), "runs": rows}

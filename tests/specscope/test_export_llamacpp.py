@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp"
+CPU_BENCH = FIX / "llama-bench_cpu-t1_smollm2-q4_1_d1024.json"
 OLD_EXPORT = ("-m m.gguf --spec-type ngram-simple --spec-ngram-size-n 4 --spec-ngram-size-m 16 "
               "--draft-max 16 --draft-min 0")      # what specscope exported before (issue 23)
 
 
 def llama_bench_fixtures() -> list[Path]:
-    """Every captured llama-bench JSON (this CPU's; others, e.g. a GPU's, are added beside it)."""
+    """Every captured llama-bench JSON (this CPU's; others, e.g. a GPU's, are added beside it:
+    a raw `llama-bench -o json` list or {provenance..., "records": [...]} both load)."""
     return sorted(FIX.glob("llama-bench_*.json"))
 
 
@@ -94,7 +96,7 @@ def test_the_priced_export_is_the_best_on_llamacpps_curve(bench_json, sweep, hel
 def test_nothing_pays_on_a_card_where_rows_are_dear(sweep, tmp_path, capsys) -> None:
     """The real CPU curve with every pass of 2+ rows made 2.5x dearer (the one-row step kept):
     speculation cannot pay for its rows there, and the export says so instead of recommending."""
-    src = json.loads(llama_bench_fixtures()[0].read_text())
+    src = json.loads(CPU_BENCH.read_text())
     for r in src["records"]:
         if r["n_prompt"] >= 2:
             r["samples_ns"] = [int(x * 2.5) for x in r["samples_ns"]]
@@ -137,3 +139,50 @@ def test_vllm_is_the_whole_serve_line(sweep, tmp_path, capsys) -> None:
     assert words[:3] == ["vllm", "serve", sweep["model"]["source"]] and words[3] == "--speculative-config"
     assert json.loads(words[4])["method"] == "ngram"
     assert "vllm-gguf-plugin" in err          # the bundled model is a GGUF
+
+
+def test_the_exported_command_starts_the_pinned_llamacpp(sweep, tmp_path) -> None:
+    """With $LLAMA_CPP_BIN (a build's bin/ folder), every cell's export and the priced one run
+    llama-speculative-simple for 4 tokens (skipped where no build is at hand, e.g. CI)."""
+    import os
+    import subprocess
+    from engine.tuning.export import export_cell
+    bindir = os.environ.get("LLAMA_CPP_BIN")
+    if not bindir or not (Path(bindir) / "llama-speculative-simple").is_file():
+        pytest.skip("set LLAMA_CPP_BIN to a llama.cpp build's bin/ to start the exported commands")
+    (tmp_path / "p.txt").write_text("def f(x):\n    return x\n\ndef f(x):\n    return x\n")
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_price import price_sweep
+    commands = {export_cell(c, sweep, "llamacpp").text for c in sweep["cells"] if c["status"] == "done"}
+    for p in price_sweep(sweep, load_llama_bench_json(CPU_BENCH)).ranked[:3]:
+        commands.add(shlex.join(["llama-server", "-m", sweep["model"]["source"], *p.config.flags()]))
+    for text in commands:
+        words = shlex.split(text)
+        r = subprocess.run([str(Path(bindir) / "llama-speculative-simple"), *words[1:], "-f",
+                            str(tmp_path / "p.txt"), "-n", "4", "--temp", "0"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and "decoded" in r.stderr + r.stdout, (text, r.stderr[-500:])
+
+
+def test_calibrated_on_llamacpps_real_loop_nothing_pays_on_this_cpu(sweep, tmp_path, capsys) -> None:
+    """bench/llamacpp_spec.py's runs on this CPU (fixture: plain, --spec-default's settings,
+    ngram-simple 12/48 and the configuration the uncalibrated export chose, all slower than
+    plain there) calibrate the drafted row's extra cost; priced with it, the export keeps plain
+    decoding, as llama.cpp's own runs did."""
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_price import (calibrate_row_overhead, price_sweep, sweep_prompt_ids,
+                                              streams_from_sweep)
+    bench = json.loads((FIX / "llamacpp_spec_cpu_code-edit.json").read_text())
+    t = bench["table"]["all"]
+    assert max(t["spec-default"], t["ngram-simple"], t["exported"]) < t["plain"]
+    cal = calibrate_row_overhead(streams_from_sweep(sweep, sweep_prompt_ids(sweep)),
+                                 load_llama_bench_json(CPU_BENCH), bench["runs"], bench["variants"])
+    e = cal["row_overhead"]
+    assert 0.2 < e < 2.0
+    assert len(cal["runs"]) == 20          # 5 prompts x 2 repeats x the two replayable variants
+    assert price_sweep(sweep, load_llama_bench_json(CPU_BENCH)).chosen is not None   # uncalibrated
+    assert price_sweep(sweep, load_llama_bench_json(CPU_BENCH), row_overhead=e).chosen is None
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "llamacpp", "--price-with",
+                             str(CPU_BENCH), "--row-overhead", str(e))
+    assert code == 0 and out.strip() == "plain decoding: no speculative configuration pays on this card"

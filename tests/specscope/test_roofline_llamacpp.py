@@ -28,7 +28,7 @@ def _roofline(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_the_curve_is_fitted_and_saved_as_llamacpps_own_profile(tmp_path, capsys) -> None:
     from engine.cost.profile import CostProfile
-    fx = json.loads(sorted(FIX.glob("llama-bench_*.json"))[0].read_text())
+    fx = json.loads((FIX / "llama-bench_cpu-t1_smollm2-q4_1_d1024.json").read_text())
     (tmp_path / "records.json").write_text(json.dumps(fx["records"]))
     b = _script(tmp_path, "echo 'llama-bench: benchmark 1/8: starting' >&2\n"
                           f"cat '{tmp_path / 'records.json'}'\n")

@@ -17,11 +17,11 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp"
 
 
 def _bench_json() -> Path:
-    return sorted(FIX.glob("llama-bench_*.json"))[0]
+    return FIX / "llama-bench_cpu-t1_smollm2-q4_1_d1024.json"
 
 
 def _fake_llama_bench(tmp_path: Path) -> Path:
-    records = json.loads(_bench_json().read_text())["records"]
+    records = json.loads(_bench_json().read_text())["records"]   # this CPU's fixture (provenance-wrapped)
     (tmp_path / "records.json").write_text(json.dumps(records))
     b = tmp_path / "llama-bench"
     b.write_text("#!/bin/sh\n"
@@ -47,6 +47,7 @@ def test_probe_overlay_price_and_copy(qtbot, make_window, tmp_path):
     with qtbot.waitSignal(panel.profile_ready, timeout=30_000):
         assert panel.probe()
     assert win.roofline.state["engine"].startswith("llama.cpp")
+    assert "llama.cpp" in win.roofline.legend.text() and "tokens to beat AR" in win.roofline.legend.toolTip()
     assert "tokens to beat AR" in panel.table_text and "tokens to beat AR" in panel.summary.toolTip()
     assert "16 rows" in panel.summary.text()
     assert panel.price()
@@ -58,3 +59,8 @@ def test_probe_overlay_price_and_copy(qtbot, make_window, tmp_path):
         assert panel.command.text().startswith("plain decoding: no speculative configuration pays")
     panel.copy()
     assert QGuiApplication.clipboard().text() == panel.command.text()
+    # the measured extra cost of a drafted row on this CPU (bench/llamacpp_spec.py): nothing pays
+    panel.overhead.setValue(0.51)
+    assert panel.price()
+    assert panel.command.text() == "plain decoding: no speculative configuration pays on this card"
+    assert "x plain" in panel.answer.text() or "plain" in panel.answer.text()

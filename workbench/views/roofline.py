@@ -102,6 +102,10 @@ class RooflineView(QWidget):
             from engine.cost.llamacpp_bench import llamacpp_label
             label = f"{llamacpp_label(profile)} · {profile.model}"
         self.engine = curve_from_profile(profile, label=label) if profile is not None else None
+        if profile is not None:          # its break-even table where the legend names it
+            from engine.cost.profile import format_break_even
+            self.legend.setToolTip(f"{label}: tokens a window must emit to beat plain decoding"
+                                   f"<pre>{format_break_even(profile)}</pre>")
         self._rebuild_curves()
 
     def set_references(self, profiles: list) -> None:
