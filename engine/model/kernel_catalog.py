@@ -12,18 +12,30 @@ issues ``kernel[grid](...)``) with
 * ``smoke(device)``: the launcher on tiny real inputs, with the torch reference it must match
   (the doctor runs it on the user's card).
 
-``scope``: "full" is every configuration (each packed type x row class NMB 1..4 x dtype x the
-shape classes the configuration function yields: wide / split K / odd superblock count or K;
-the int8 path's tiles; attention per graph bucket class and head layout; the dense kernel per
-dtype); "quick" is the cross-section ``make test`` compiles for every target (see ``QUICK``).
+``scope`` (each config function's docstring says exactly what it yields):
+
+    full     every configuration: packed type x dtype x row class NMB 1..4 x the shape classes
+             the configuration function yields (row block, split K, superblocks per step, K a
+             multiple of 256 or not); the int8 path's tiles; attention per head layout x graph
+             bucket class x dtype; dense per shape x M class x dtype. ~400 compiles a target:
+             ``specscope doctor --compile-for T --full`` and ``pytest -m slow``.
+    quick    a cross-section reaching every type, dtype, row class and shape class (a Latin
+             square, ~36 a target): ``specscope doctor --compile-for T``.
+    kernels  every kernel once in float32 and once in a 16-bit dtype (10 a target): what
+             ``make test`` compiles for gfx1100, gfx1151, gfx1201 and sm_90 (~30 s on 2 cores).
+
+A config function must yield at least one call per kernel in every scope: the test checks that
+each launched kernel compiles for each target in ``kernels``.
 
 Adding a kernel
 ---------------
 1. Launch it from a host function as usual (``my_kernel[grid](...)``), importing Triton lazily.
 2. Write ``_my_configs(target, scope)`` yielding ``(label, call)`` pairs, ``call()`` running
    your launcher on meta tensors for one configuration (use ``_meta`` and, for sizes, your
-   launcher's configuration function with ``target.units``); and ``_my_smoke(device)``
-   returning ``[(label, got, want, tolerance)]`` (relative to ``want``'s largest magnitude).
+   launcher's configuration function with ``target.units``; float32 launches pick their dot
+   precision through ``engine.weights.dot_precision.ieee_code``, and ``triton_dot.dot_f32``
+   issues the dot); and ``_my_smoke(device)`` returning ``[(label, got, want, tolerance)]``
+   (tolerance relative to ``want``'s largest magnitude; 0 means bit for bit).
 3. Append ``Site("my kernel", _my_configs, _my_smoke)`` to ``SITES``.
 ``test_every_launched_kernel_is_in_the_catalog`` scans ``engine/`` for ``name[grid](`` launches
 of ``@triton.jit`` kernels and fails until each one shows up in some site's recorded launches.
