@@ -100,7 +100,9 @@ def _meta_packed(qtype: str, n: int, k: int, device="meta"):
 def packed_shape_classes(qtype: str, units: int, i8: bool = False) -> list[tuple[str, int, int, dict]]:
     """One (class, N, K, config) per distinct configuration ``kernel_config`` picks for the
     model shapes on a card with ``units`` compute units: the class names what differs (row
-    block and warps, split K or not, superblocks per step, K a multiple of 256 or not)."""
+    block and warps, split K or not, superblocks per step, K a multiple of 256 or not). Each
+    class keeps its shape with the most K tiles per program: the software pipeliner only
+    stages loads (shared memory) when the loop has trips to overlap."""
     from engine.weights import triton_kernels as tk
     sb = tk._SUPERBLOCK[qtype]
     seen: dict = {}
@@ -115,7 +117,8 @@ def packed_shape_classes(qtype: str, units: int, i8: bool = False) -> list[tuple
             cls = (f"BN{cfg['BN']}w{cfg['num_warps']}s{cfg['num_stages']}{split}"
                    + (f" SB{cfg['SB']}" if qtype.endswith("_K") else "")
                    + ("" if k % 256 == 0 else " K%256"))
-        seen.setdefault(cls, (cls, n, k, cfg))
+        if cls not in seen or cfg["tiles_per_split"] > seen[cls][3]["tiles_per_split"]:
+            seen[cls] = (cls, n, k, cfg)
     return list(seen.values())
 
 
@@ -123,7 +126,8 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     """full: type x shape class x dtype x NMB. quick: per (type a, dtype b) one launch, class
     (a + b) mod classes and NMB (a + 2b) mod 4 + 1 (a Latin square: every dtype meets every
     NMB, every type meets every dtype and up to three classes). kernels: one row slice (the
-    decode path) in float32 (Q4_K) and bfloat16 (Q6_K, a split-K shape)."""
+    decode path) in float32 (Q4_K), and 4 row slices (the most shared memory) in bfloat16
+    (Q6_K)."""
     from engine.weights import triton_kernels as tk
     for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
         classes = packed_shape_classes(qtype, t.units)
@@ -135,7 +139,7 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                                              or nmb != (a + 2 * b) % 4 + 1):
                         continue
                     if scope == "kernels" and (qtype, _dt(dtype), c, nmb) not in (
-                            ("Q4_K", "float32", len(classes) - 1, 1), ("Q6_K", "bfloat16", 0, 1)):
+                            ("Q4_K", "float32", len(classes) - 1, 1), ("Q6_K", "bfloat16", 0, 4)):
                         continue
                     label = f"{qtype} {_dt(dtype)} NMB{nmb} {n}x{k} {cls}"
                     yield label, (lambda m=m, k=k, n=n, q=qtype, d=dtype, c=cfg:

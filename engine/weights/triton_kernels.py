@@ -225,10 +225,11 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
     # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
     # dot_precision.py); 0 for 16-bit activations
     ieee = ieee_code(x.dtype)
-    # float32 on ROCm: 2-3 pipeline stages of float32 tiles need 114-164 KB of shared memory
-    # and RDNA has 64 KB (the AOT compile check, engine.model.kernel_catalog): one stage
-    # (16-32 KB). Stages move loads, not arithmetic: the bits do not change.
-    one_stage = ieee and gpu_backend() == "hip"
+    # ROCm: RDNA gives a workgroup 64 KB of shared memory; float32 tiles with 2-3 pipeline
+    # stages need 114-164 KB, and 16-bit K-quant tiles of 4 row slices with 2 stages 72-80 KB
+    # (the AOT compile check, engine.model.kernel_catalog): one stage there (16-32 KB).
+    # Stages move loads, not arithmetic: the bits do not change.
+    hip = gpu_backend() == "hip"
     grid = (triton.cdiv(n, cfg["BN"]), splits)
     for r0 in range(0, m_all, MAX_ROWS):
         r1 = min(m_all, r0 + MAX_ROWS)
@@ -246,7 +247,8 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
             TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=triton.cdiv(m, 16),
             SPLIT=splits > 1, EVEN_K=even_k, IEEE=ieee, SB=cfg["SB"], JS=cfg["JS"],
             num_warps=cfg["num_warps"],
-            num_stages=1 if one_stage else cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"],
+            num_stages=(1 if hip and (ieee or m > 48) else
+                        cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"]),
         )
         if splits > 1:
             mn = m * n
