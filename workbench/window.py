@@ -390,10 +390,12 @@ class MainWindow(QMainWindow):
         if self.mode == "replay":
             h = self.store.header
             weights = f" · {h['weights']}" if h.get("weights") else ""
-            return f"replay · {h.get('model', '?')} · {h.get('device', '?')}{weights}"
+            act = f" · {h['activation_dtype']}" if h.get("activation_dtype") else ""
+            return f"replay · {h.get('model', '?')} · {h.get('device', '?')}{weights}{act}"
         info = self.runtime_info
-        if info:
-            return f"{info['model']} · {info['device']} · {info['weights']}"
+        if info:     # the dtype the matmuls run in (bfloat16 on the int4 CPU kernels)
+            act = info.get("activation_dtype", info.get("dtype", ""))
+            return f"{info['model']} · {info['device']} · {info['weights']} · {act}"
         return Path(self.spec.model).name if self.spec.model else "bundled SmolLM2-135M-Instruct"
 
     # ---- recordings ---------------------------------------------------------------------------

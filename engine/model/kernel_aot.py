@@ -184,8 +184,9 @@ def _bind(launch: Launch, target: Target):
     return kernel._pack_args(backend, kwargs, bound, specialization, options)
 
 
-def compile_key(launch: Launch, target: Target) -> tuple:
-    options, signature, constexprs, attrs = _bind(launch, target)
+def compile_key(launch: Launch, target: Target, bound=None) -> tuple:
+    """What tells two compiles apart (``bound``: ``_bind``'s result, if already computed)."""
+    options, signature, constexprs, attrs = bound or _bind(launch, target)
     opts = tuple(sorted((k, repr(v)) for k, v in options.__dict__.items()))
     return (launch.name, target.name, tuple(signature.items()),
             tuple(sorted((k, repr(v)) for k, v in constexprs.items())),
@@ -197,12 +198,13 @@ def compile_launch(launch: Launch, target: Target, keep_asm: bool = False) -> Co
     import triton
     from triton.compiler import ASTSource
 
-    key = compile_key(launch, target)
+    bound = _bind(launch, target)
+    key = compile_key(launch, target, bound)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
     if hit is not None and (hit.asm or not keep_asm or not hit.ok):
         return hit
-    options, signature, constexprs, attrs = _bind(launch, target)
+    options, signature, constexprs, attrs = bound
     t0 = time.perf_counter()
     res = Compiled(target.name, launch.name, launch.label, 0.0)
     try:

@@ -19,7 +19,7 @@ Kernel 2, `_combine_kernel`, grid (rows, kv heads): adds the row's splits in ord
 Every dot has the same shape whatever the window ([GP, D] x [D, BLOCK] and [GP, BLOCK] x
 [BLOCK, D]); the row count only sets the grid. float32 dots take the backend's precision
 (engine.weights.dot_precision: "tf32x3" on CUDA, three TF32 products, float32 accuracy on
-tensor cores; "bf16x6" on ROCm), passed as the code IEEE (0 for 16-bit dtypes).
+tensor cores; "ieee" on ROCm, FMAs), passed as the code IEEE (0 for 16-bit dtypes).
 The committed length is read from device memory, so the kernels run inside CUDA/HIP graphs.
 """
 
@@ -143,7 +143,7 @@ def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     m_ws = ws[:R * Hkv * NS * GP]
     l_ws = ws[R * Hkv * NS * GP:2 * R * Hkv * NS * GP]
     acc_ws = ws[2 * R * Hkv * NS * GP:]
-    ieee = ieee_code(q.dtype)          # float32: the backend's dot precision (a nonzero code)
+    ieee = ieee_code(q.dtype, small=True)   # float32: the backend's dot precision (nonzero)
     anc = layout.anc
     _split_kernel[(R, Hkv, NS)](
         q, k, v, n, layout.depth, anc, m_ws, l_ws, acc_ws,

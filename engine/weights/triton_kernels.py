@@ -246,10 +246,11 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
         nmb = triton.cdiv(m, 16)
         key = (qtype, n, k, nmb, x2.dtype)
         stages = cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"]
-        if ieee and gpu_backend() == "hip":
-            # float32 on ROCm: 2-3 pipeline stages of float32 tiles need 114-164 KB of shared
-            # memory and RDNA has 64 KB (the AOT compile check, engine.model.kernel_catalog):
-            # one stage. Stages move loads, not arithmetic: the bits do not change.
+        if gpu_backend() == "hip" and (ieee or m > 48):
+            # ROCm: RDNA gives a workgroup 64 KB of shared memory; float32 tiles with 2-3
+            # pipeline stages need 114-164 KB, and 16-bit K-quant tiles of 4 row slices with 2
+            # stages 72-80 KB (the AOT compile check, engine.model.kernel_catalog): one stage
+            # there (16-32 KB). Stages move loads, not arithmetic: the bits do not change.
             stages = 1
         while True:
             try:
