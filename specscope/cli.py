@@ -88,17 +88,6 @@ def window_size(text: str) -> tuple[int, int]:
     return w, h
 
 
-def window_size(text: str) -> tuple[int, int]:
-    """'1280x720' -> (1280, 720), for --size."""
-    try:
-        w, h = (int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT, e.g. 1280x720") from None
-    if not (320 <= w <= 10000 and 240 <= h <= 10000):
-        raise argparse.ArgumentTypeError(f"{w}x{h} is outside 320x240 .. 10000x10000")
-    return w, h
-
-
 def settings_from_args(a: argparse.Namespace) -> DecodeSettings:
     # every decode flag's dest is the name of its settings field (--top-p -> top_p, a sampler
     # field); from_dict takes the flat form and ignores the other options

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QCheckBox, QDockWidget, QLabel, QMainWindow, QProgressBar, QPushButton, QWidget
+from PySide6.QtWidgets import QCheckBox, QDockWidget, QLabel, QMainWindow, QProgressBar, QPushButton
 
 from engine.lessons import NAMES
 

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,13 +40,8 @@ TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
 @pytest.mark.skipif(_CHILD, reason="this is the child")
 def test_kernels_in_the_triton_interpreter():
     """Run this file's tests in a fresh process with the interpreter on."""
-    env = dict(os.environ, TRITON_INTERPRET="1", SPECSCOPE_TRITON_INTERPRET_CHILD="1")
-    root = Path(__file__).resolve().parents[3]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        str(Path(__file__).resolve())],
-                       cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
-    assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-3000:]
+    from interpreter_child import run_in_interpreter_child
+    run_in_interpreter_child(__file__, "SPECSCOPE_TRITON_INTERPRET_CHILD")
 
 
 @pytest.fixture(scope="module")
