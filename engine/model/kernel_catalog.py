@@ -337,18 +337,19 @@ def _splits(qtype: str, n: int, k: int, units: int) -> int:
 def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     """full: every split count the model shapes give each kernel (and 0 / 1: the first norm,
     the dense prefill) x dtype, q/k norm and bias variants per head layout, the SwiGLU epilogue
-    and the unsplit partials per type and gate|up shape. quick / kernels: one of each in float32
-    and bfloat16."""
+    and the unsplit partials per type and gate|up shape. quick: float32 and bfloat16, one of
+    each. kernels (make test): one launch of each kernel in bfloat16 (the packed matmul's
+    SwiGLU and partial-sum variants are the packed matmul kernel, compiled by its own site)."""
     from engine.model import triton_fused as tf
     from engine.weights import triton_kernels as tk
     few = scope != "full"
-    dtypes = (torch.float32, torch.bfloat16) if few else DTYPES
+    dtypes = {"full": DTYPES, "quick": (torch.float32, torch.bfloat16)}.get(scope, (torch.bfloat16,))
     norm_s = sorted({0, 1} | {_splits(q, n, k, t.units) for q in tk.SUPPORTED_QTYPES
                               for n, k in MODEL_SHAPES if n in HIDDEN and k % tk._SUPERBLOCK[q] == 0})
     for dtype in dtypes:
         for hid in HIDDEN:
             for S in norm_s:
-                if few and (hid, S) not in ((4096, 1), (576, 0)):
+                if few and (hid, S) not in ((4096, 1), (576, 0))[:1 if scope == "kernels" else 2]:
                     continue
                 yield (f"residual norm {_dt(dtype)} {hid} S{S}",
                        lambda hid=hid, S=S, d=dtype: tf.residual_norm(
@@ -370,6 +371,8 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                                 _meta(3, dtype=torch.long), _meta(3, dtype=torch.long),
                                 _meta(3, hq, d, dtype=dt), kv[0], kv[1], 1e-6)
                 yield f"qkv rope {_dt(dtype)} heads {hq}/{hkv}x{d} S{sa}/{sb} norm={qkn} bias={bias}", call
+        if scope == "kernels":
+            continue
         for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
             for n, k in GATE_UP:
                 if k % tk._SUPERBLOCK[qtype] or (few and (qtype, n) not in (("Q4_K", 24576), ("Q4_1", 3072))):
@@ -393,6 +396,8 @@ def _unpack_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     """Every type dequantize_dense takes, to bfloat16 (and float16, float32 in full)."""
     from engine.weights.triton_unpack import DENSE_TYPES, dequantize_dense
     for qtype in DENSE_TYPES:
+        if scope == "kernels" and qtype not in ("Q4_K", "Q6_K", "Q4_1"):     # one per kernel
+            continue
         for dtype in (DTYPES if scope == "full" else (torch.bfloat16,)):
             yield (f"unpack {qtype} to {_dt(dtype)}",
                    lambda q=qtype, d=dtype: dequantize_dense(_meta_packed(q, 64, 512),

@@ -83,12 +83,13 @@ def _reduce_swiglu_kernel(ws_ptr, o_ptr, NH, sws, swr, sor, HB: tl.constexpr,
 def _head_values(wa_ptr, wb_ptr, bias_ptr, r, col, c, NA, swa_s, swa_r, swb_s, swb_r,
                  SA: tl.constexpr, SB: tl.constexpr, HAS_BIAS: tl.constexpr, dt: tl.constexpr):
     """The q|k|v output columns col + c of row r, from the partials of part A (columns < NA)
-    or part B (the rest), rounded to dt, plus the bias (rounded again), as float32."""
-    if col < NA:
-        y = _sum_parts(wa_ptr, r * swa_r + col, c, c >= 0, swa_s, SA)
-    else:
-        y = _sum_parts(wb_ptr, r * swb_r + col - NA, c, c >= 0, swb_s, SB)
-    y = y.to(dt)
+    or part B (the rest), rounded to dt, plus the bias (rounded again), as float32. Both parts
+    are read under masks (the other's add exact zeros): no branch picks a pointer, which the
+    HIP backend's pointer canonicalization cannot compile."""
+    in_a = col < NA
+    ya = _sum_parts(wa_ptr, r * swa_r + col, c, (c >= 0) & in_a, swa_s, SA)
+    yb = _sum_parts(wb_ptr, r * swb_r + col - NA, c, (c >= 0) & (col >= NA), swb_s, SB)
+    y = (ya + yb).to(dt)
     if HAS_BIAS:
         y = (y.to(tl.float32) + tl.load(bias_ptr + col + c).to(tl.float32)).to(dt)
     return y.to(tl.float32)
@@ -103,44 +104,52 @@ def _qkv_rope_kernel(wa_ptr, wb_ptr, bias_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr,
                      QK_NORM: tl.constexpr):
     """Program (r, j): head j of row r (q heads, then k heads, then v heads). q and k: the
     head's RMSNorm (QK_NORM), then rotate-half RoPE at the row's position; q to q[r, j], k and v
-    to the cache at the row's slot."""
+    to the cache at the row's slot. Which of the three a head is selects masks, not pointers."""
     r = tl.program_id(0)
     j = tl.program_id(1)
     D2: tl.constexpr = D // 2
     dt = q_ptr.dtype.element_ty
     c = tl.arange(0, D2)
     col = j * D
+    is_q = j < HQ
+    is_k = (j >= HQ) & (j < HQ + HKV)
+    is_v = j >= HQ + HKV
     lo = _head_values(wa_ptr, wb_ptr, bias_ptr, r, col, c, NA, swa_s, swa_r, swb_s, swb_r,
                       SA, SB, HAS_BIAS, dt)
     hi = _head_values(wa_ptr, wb_ptr, bias_ptr, r, col + D2, c, NA, swa_s, swa_r, swb_s, swb_r,
                       SA, SB, HAS_BIAS, dt)
     slot = tl.load(slot_ptr + r)
-    if j < HQ + HKV:
-        if QK_NORM:
-            rstd = tl.rsqrt((tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0)) / D + eps)
-            if j < HQ:
-                n_ptr = qn_ptr
-            else:
-                n_ptr = kn_ptr
-            lo = (lo * rstd * tl.load(n_ptr + c).to(tl.float32)).to(dt).to(tl.float32)
-            hi = (hi * rstd * tl.load(n_ptr + D2 + c).to(tl.float32)).to(dt).to(tl.float32)
-        p = tl.load(pos_ptr + r)
-        cos_lo = tl.load(cos_ptr + p * stab + c).to(tl.float32)
-        cos_hi = tl.load(cos_ptr + p * stab + D2 + c).to(tl.float32)
-        sin_lo = tl.load(sin_ptr + p * stab + c).to(tl.float32)
-        sin_hi = tl.load(sin_ptr + p * stab + D2 + c).to(tl.float32)
-        out_lo = (lo * cos_lo - hi * sin_lo).to(dt)
-        out_hi = (hi * cos_hi + lo * sin_hi).to(dt)
-        if j < HQ:
-            base = q_ptr + r * sqr + j * sqh
-        else:
-            base = k_ptr + (j - HQ) * skh + slot * skc
-        tl.store(base + c, out_lo)
-        tl.store(base + D2 + c, out_hi)
+    if QK_NORM:
+        rstd = tl.rsqrt((tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0)) / D + eps)
+        n_lo = (tl.load(qn_ptr + c, mask=(c >= 0) & is_q, other=0.0).to(tl.float32)
+                + tl.load(kn_ptr + c, mask=(c >= 0) & is_k, other=0.0).to(tl.float32))
+        n_hi = (tl.load(qn_ptr + D2 + c, mask=(c >= 0) & is_q, other=0.0).to(tl.float32)
+                + tl.load(kn_ptr + D2 + c, mask=(c >= 0) & is_k, other=0.0).to(tl.float32))
+        nlo = (lo * rstd * n_lo).to(dt).to(tl.float32)
+        nhi = (hi * rstd * n_hi).to(dt).to(tl.float32)
     else:
-        base = v_ptr + (j - HQ - HKV) * skh + slot * skc
-        tl.store(base + c, lo.to(dt))
-        tl.store(base + D2 + c, hi.to(dt))
+        nlo = lo
+        nhi = hi
+    p = tl.load(pos_ptr + r)
+    cos_lo = tl.load(cos_ptr + p * stab + c).to(tl.float32)
+    cos_hi = tl.load(cos_ptr + p * stab + D2 + c).to(tl.float32)
+    sin_lo = tl.load(sin_ptr + p * stab + c).to(tl.float32)
+    sin_hi = tl.load(sin_ptr + p * stab + D2 + c).to(tl.float32)
+    # q and k heads rotated; v heads as they are
+    out_lo = tl.where(is_v, lo, nlo * cos_lo - nhi * sin_lo).to(dt)
+    out_hi = tl.where(is_v, hi, nhi * cos_hi + nlo * sin_hi).to(dt)
+    mq = (c >= 0) & is_q
+    mk = (c >= 0) & is_k
+    mv = (c >= 0) & is_v
+    qb = q_ptr + r * sqr + j * sqh
+    kb = k_ptr + (j - HQ) * skh + slot * skc
+    vb = v_ptr + (j - HQ - HKV) * skh + slot * skc
+    tl.store(qb + c, out_lo, mask=mq)
+    tl.store(qb + D2 + c, out_hi, mask=mq)
+    tl.store(kb + c, out_lo, mask=mk)
+    tl.store(kb + D2 + c, out_hi, mask=mk)
+    tl.store(vb + c, out_lo, mask=mv)
+    tl.store(vb + D2 + c, out_hi, mask=mv)
 
 
 # ---------------------------------------------------------------------------------------------

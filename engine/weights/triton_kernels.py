@@ -132,8 +132,10 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     elif qtype == "Q6_K":
         # same sweep: wide blocks for the split (few-block) shapes, 64-row blocks with two
         # stages for the LM head
-        cfg = ({"BN": 128, "num_warps": 8, "num_stages": 2} if triton.cdiv(n, 128) < sms
-               else {"BN": 64, "num_warps": 4, "num_stages": 2})
+        # (64-row launches of the wide blocks take one stage: two need 233 KB of shared memory,
+        # over the H200's 227 KB; the AOT compile check found it)
+        cfg = ({"BN": 128, "num_warps": 8, "num_stages": 2, "num_stages_wide": 1}
+               if triton.cdiv(n, 128) < sms else {"BN": 64, "num_warps": 4, "num_stages": 2})
     elif triton.cdiv(n, 128) >= sms // 2 and qtype != "Q5_K":
         # two stages and half-width dots keep ~126 registers and ~70 KB of shared memory per
         # 256-thread program, so two programs share an SM
