@@ -173,6 +173,14 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     return cfg
 
 
+def _stages(cfg: dict, m: int, hip: bool, ieee: int) -> int:
+    """Pipeline stages of an m-row launch (see packed_matmul: ROCm's 64 KB of LDS)."""
+    stages = cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"]
+    if hip:
+        return 1 if ieee or m > 32 else min(stages, 2) if m > 16 else stages
+    return stages
+
+
 def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
     """The launch configuration of a shape: a function of (qtype, N, K, SM count) only, never
     of the number of activation rows (that is what makes the result row-invariant).
@@ -225,10 +233,11 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
     # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
     # dot_precision.py); 0 for 16-bit activations
     ieee = ieee_code(x.dtype)
-    # ROCm: RDNA gives a workgroup 64 KB of shared memory; float32 tiles with 2-3 pipeline
-    # stages need 114-164 KB, and 16-bit K-quant tiles of 4 row slices with 2 stages 72-80 KB
-    # (the AOT compile check, engine.model.kernel_catalog): one stage there (16-32 KB).
-    # Stages move loads, not arithmetic: the bits do not change.
+    # ROCm: RDNA gives a workgroup 64 KB of shared memory; with the H200's 2-3 pipeline stages
+    # float32 tiles need 114-164 KB, 16-bit K-quant tiles of 4 row slices 72-80 KB and of 2
+    # slices (3 stages) 72 KB (the AOT compile check, engine.model.kernel_catalog): there, one
+    # stage for float32 and 3-4 slices, two for 2 slices. Stages move loads, not arithmetic:
+    # the bits do not change.
     hip = gpu_backend() == "hip"
     grid = (triton.cdiv(n, cfg["BN"]), splits)
     for r0 in range(0, m_all, MAX_ROWS):
@@ -247,8 +256,7 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
             TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=triton.cdiv(m, 16),
             SPLIT=splits > 1, EVEN_K=even_k, IEEE=ieee, SB=cfg["SB"], JS=cfg["JS"],
             num_warps=cfg["num_warps"],
-            num_stages=(1 if hip and (ieee or m > 48) else
-                        cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"]),
+            num_stages=_stages(cfg, m, hip, ieee),
         )
         if splits > 1:
             mn = m * n
