@@ -291,7 +291,7 @@ class SessionWorker(QThread):
         rt = shared_runtime(spec, self._progress)
         self.runtime_ready.emit({"model": engine_api.model_name(rt), "device": rt.device_name,
                                  "dtype": rt.dtype_name, "weights": rt.weights_label,
-                                 "activation_dtype": rt.activation_dtype,
+                                 "activation_dtype": getattr(rt, "activation_dtype", rt.dtype_name),
                                  "load_s": time.perf_counter() - t0})
         return rt
 
@@ -318,7 +318,7 @@ class SessionWorker(QThread):
         self.run_started.emit(req.run_id, {
             "settings": settings.to_dict(), "model": engine_api.model_name(rt),
             "device": rt.device_name, "dtype": rt.dtype_name, "weights": rt.weights_label,
-            "activation_dtype": rt.activation_dtype,
+            "activation_dtype": getattr(rt, "activation_dtype", rt.dtype_name),
             "prompt": req.prompt, "prompt_tokens": len(ids)})
         gen = dec.windows()
         n = 0
