@@ -189,6 +189,14 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     return cfg
 
 
+def _stages(cfg: dict, m: int, hip: bool, ieee: int) -> int:
+    """Pipeline stages of an m-row launch (see packed_matmul: ROCm's 64 KB of LDS)."""
+    stages = cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"]
+    if hip:
+        return 1 if ieee or m > 32 else min(stages, 2) if m > 16 else stages
+    return stages
+
+
 def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
     """The launch configuration of a shape: a function of (qtype, N, K, SM count) only, never
     of the number of activation rows (that is what makes the result row-invariant).
@@ -247,13 +255,12 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
         m = xc.shape[0]
         nmb = triton.cdiv(m, 16)
         key = (qtype, n, k, nmb, x2.dtype)
-        stages = cfg["num_stages"] if m <= 32 else cfg["num_stages_wide"]
-        if gpu_backend() == "hip" and (ieee or m > 48):
-            # ROCm: RDNA gives a workgroup 64 KB of shared memory; float32 tiles with 2-3
-            # pipeline stages need 114-164 KB, and 16-bit K-quant tiles of 4 row slices with 2
-            # stages 72-80 KB (the AOT compile check, engine.model.kernel_catalog): one stage
-            # there (16-32 KB). Stages move loads, not arithmetic: the bits do not change.
-            stages = 1
+        # ROCm: RDNA gives a workgroup 64 KB of shared memory; with the H200's 2-3 pipeline
+        # stages float32 tiles need 114-164 KB, 16-bit K-quant tiles of 4 row slices 72-80 KB
+        # and of 2 slices (3 stages) 72 KB (the AOT compile check, engine.model.kernel_catalog):
+        # there, one stage for float32 and 3-4 slices, two for 2 slices. Stages move loads, not
+        # arithmetic: the bits do not change.
+        stages = _stages(cfg, m, gpu_backend() == "hip", ieee)
         while True:
             try:
                 _packed_mm_kernel[grid](
