@@ -72,6 +72,7 @@ class LlamaCppPanel(QWidget):
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setFormat("llama.cpp: no curve yet")
+        self.bar.setValue(0)                  # at -1 (no value yet) the bar hides its text
         self.summary = QLabel("")             # one line; the break-even table in its tooltip
         self.summary.setObjectName("muted")
         self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -82,11 +83,13 @@ class LlamaCppPanel(QWidget):
         self.command.setPlaceholderText("the llama-server command priced on llama.cpp's curve")
         self.copy_button = QPushButton("Copy")
         self.copy_button.clicked.connect(self.copy)
-        column(self, row(QLabel("llama.cpp"), (self.binary, 1), pick, QLabel("depth"), self.context,
-                         self.probe_button, self.load_button),
+        # short lines: the panel shares the sweep dock's width, which a 1024-pixel window keeps
+        # near 300 pixels
+        column(self, row(QLabel("llama-bench"), (self.binary, 1), pick, self.probe_button),
+               row(QLabel("depth"), self.context, 1, self.load_button),
                self.bar, self.summary,
                row((self.answer, 1), QLabel("+row"), self.overhead, self.price_button),
-               row((self.command, 1), self.copy_button))
+               row((self.command, 1), self.copy_button), 1)      # the lines at the top, not spread
         self._enable()
 
     # ---- the curve ------------------------------------------------------------------------

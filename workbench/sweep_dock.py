@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox
+from PySide6.QtWidgets import (QComboBox, QFormLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
+                               QScrollArea, QSpinBox, QTabWidget)
 
 from engine.errors import SpecscopeError
 
@@ -22,7 +23,7 @@ from workbench.job_dock import JobDock
 from workbench.jobs import SweepTick, sweep_job
 from workbench.llamacpp_panel import LlamaCppPanel
 from workbench.views.heatmap import HeatmapView
-from workbench.widgets import column, row
+from workbench.widgets import ElidedLabel, column, row
 from workbench.worker import GeneratorWorker
 
 WORKLOADS = ("code-edit", "specbench", "specbench:summarization,rag", "specbench:qa,translation")
@@ -92,18 +93,29 @@ class SweepDock(JobDock):
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setFormat("idle")
+        self.bar.setValue(0)                  # at -1 (no value yet) the bar hides its text
         self.bar.setMinimumWidth(80)
-        self.status = QLabel("")
-        self.status.setObjectName("muted")
-        self.status.setWordWrap(True)
+        self.status = ElidedLabel("")        # one line: a long folder path never takes the
+        self.status.setObjectName("muted")    # heat map's height (the whole text in its tooltip)
         self.heatmap = HeatmapView()
         self.heatmap.cell_clicked.connect(self._clicked)
         # the deployment engine: llama.cpp's own curve, the sweep priced on it, the command
         self.llamacpp = LlamaCppPanel(lambda: self.result)
-        # two lines of buttons: one would set the dock's (and the window's) least width
+        # the heat map and the llama.cpp panel share the dock's lower part as tabs; the panel
+        # scrolls, so its many rows never set the dock's (and the window's) least height
+        scroll = QScrollArea()
+        scroll.setWidget(self.llamacpp)
+        scroll.setWidgetResizable(True)
+        self.views = QTabWidget()
+        self.views.setDocumentMode(True)
+        self.views.addTab(self.heatmap, "heat map")
+        self.views.addTab(scroll, "llama.cpp")
+        # two lines of buttons, the progress bar beside the status line: a third button or the
+        # bar on a line of buttons would set the dock's (and so the window's) least width past
+        # what a 1024-pixel window has for it
         column(self, form, row(self.run_button, self.cancel_button, self.load_button, 1),
                row(self.apply_button, self.race_button, self.export_button, 1),
-               self.bar, self.status, (self.heatmap, 1), self.llamacpp)
+               row((self.bar, 2), (self.status, 3)), (self.views, 1))
         self.workload.currentTextChanged.connect(lambda _: self._default_folder())
         self._default_folder()
         self._enable()

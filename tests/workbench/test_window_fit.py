@@ -259,6 +259,7 @@ def test_save_dialogs_open_at_home_then_where_the_user_last_saved(qtbot, make_wi
 
 def test_a_sweep_cell_exports_for_us_llama_cpp_and_vllm(qtbot, make_window, cpu_runtime, tmp_path):
     import json
+    import shlex
 
     from engine.io.workloads import load_workload
     from engine.tuning.export import export_cell
@@ -281,12 +282,17 @@ def test_a_sweep_cell_exports_for_us_llama_cpp_and_vllm(qtbot, make_window, cpu_
         expected = export_cell(cell, sweep.result, fmt)
         assert dialog.text.toPlainText() == expected.text          # what `specscope export` prints
         assert all(n in dialog.notes.text() for n in expected.notes)
-    assert json.loads(dialog.text.toPlainText())["num_speculative_tokens"] >= 1
+    # vLLM: the whole `vllm serve MODEL --speculative-config '{...}'` line, the JSON its last word
+    words = shlex.split(dialog.text.toPlainText())
+    assert words[:2] == ["vllm", "serve"] and words[-2] == "--speculative-config"
+    spec = json.loads(words[-1])
+    assert spec["num_speculative_tokens"] >= 1
     dialog.copy()
     from PySide6.QtWidgets import QApplication
     assert QApplication.clipboard().text() == dialog.text.toPlainText()
-    dialog.save(str(tmp_path / "spec.json"))
-    assert json.loads((tmp_path / "spec.json").read_text()) == json.loads(dialog.text.toPlainText())
+    dialog.save(str(tmp_path / "vllm.sh"))
+    saved = shlex.split((tmp_path / "vllm.sh").read_text())
+    assert saved == words and json.loads(saved[-1]) == spec
 
 
 def test_run_and_step_during_a_replay_say_what_they_do(qtbot, make_window, tmp_path):
