@@ -165,14 +165,13 @@ def _i8_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                                                        **dict(c, I8_X2=x2)))
 
 
-def random_packed(qtype: str, n: int, k: int, seed: int = 0):
-    """(packed weight, float32 dequantization [n, k]) of random GGUF blocks with sane scales."""
+def random_blocks(qtype: str, n: int, k: int, rng):
+    """Random GGUF blocks, uint8 [n, bytes per row]: random quant bytes, sane f16 scales
+    (rng: a numpy Generator). What the smoke checks and the interpreter tests multiply."""
     import numpy as np
     from gguf import GGMLQuantizationType
     from gguf.constants import GGML_QUANT_SIZES
 
-    from engine.weights import dequantize_packed, pack
-    rng = np.random.default_rng(seed)
     bs, ts = GGML_QUANT_SIZES[GGMLQuantizationType[qtype]]
     nb = k // bs
     raw = rng.integers(0, 256, size=(n, nb, ts), dtype=np.uint8)
@@ -186,7 +185,15 @@ def random_packed(qtype: str, n: int, k: int, seed: int = 0):
               "Q5_K": [(0, 1e-3, 3e-3), (2, 1e-3, 3e-3)], "Q6_K": [(208, 1e-4, 3e-4)]}
     for off, lo, hi in scales[qtype]:
         f16(off, lo, hi)
-    w = pack(torch.from_numpy(raw.reshape(n, nb * ts)), qtype)
+    return raw.reshape(n, nb * ts)
+
+
+def random_packed(qtype: str, n: int, k: int, seed: int = 0):
+    """(packed weight, float32 dequantization [n, k]) of `random_blocks`."""
+    import numpy as np
+
+    from engine.weights import dequantize_packed, pack
+    w = pack(torch.from_numpy(random_blocks(qtype, n, k, np.random.default_rng(seed))), qtype)
     return w, dequantize_packed(w)
 
 

@@ -58,27 +58,8 @@ def tk():
 
 def _raw_blocks(qtype: str, n: int, k: int, rng) -> np.ndarray:
     """Random GGUF blocks (uint8 [n, bytes_per_row]): random quant bytes, sane f16 scales."""
-    bs, ts = GGML_QUANT_SIZES[_T[qtype]]
-    nb = k // bs
-    raw = rng.integers(0, 256, size=(n, nb, ts), dtype=np.uint8)
-
-    def f16(off, lo, hi):
-        v = rng.uniform(lo, hi, size=(n, nb)).astype(np.float16)
-        raw[:, :, off:off + 2] = v.view(np.uint8).reshape(n, nb, 2)
-
-    if qtype == "Q8_0":
-        f16(0, 1e-3, 1e-2)
-    elif qtype == "Q4_0":
-        f16(0, 1e-2, 2e-2)
-    elif qtype == "Q4_1":
-        f16(0, 1e-2, 2e-2)
-        f16(2, -0.1, 0.0)
-    elif qtype in ("Q4_K", "Q5_K"):
-        f16(0, 1e-3, 3e-3)
-        f16(2, 1e-3, 3e-3)
-    elif qtype == "Q6_K":
-        f16(208, 1e-4, 3e-4)
-    return raw.reshape(n, nb * ts)
+    from engine.model.kernel_catalog import random_blocks
+    return random_blocks(qtype, n, k, rng)
 
 
 def _own_planes(raw: np.ndarray, qtype: str, n: int, k: int) -> dict:
