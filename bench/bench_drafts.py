@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))    # this checkout's engine
-from common import code_edit_prompts, median, record, specbench  # noqa: E402
+from common import code_edit_prompts, median, record, run_after_first_window, specbench  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -158,15 +158,7 @@ def main() -> None:
     def decode(pid: str, s: DecodeSettings) -> dict:
         """One run; decode_tok_s: the tokens after the first window over the time after it (the
         prefill, the same for every configuration, left out: it is noise in a 128-token run)."""
-        dec = Decoder(rt, ids[pid], s, detail=False, open_model=opener)
-        first = None
-        for ev in dec.windows():
-            if first is None:
-                first = (ev.stats.elapsed_s, ev.stats.new_tokens)
-        r = dec.report()
-        after = r["wall_s"] - first[0]
-        r["decode_tok_s"] = (r["new_tokens"] - first[1]) / after if after > 0 and r["new_tokens"] > first[1] else r["tok_s"]
-        return r
+        return run_after_first_window(Decoder(rt, ids[pid], s, detail=False, open_model=opener))
 
     for mode in a.modes:
         for pid in ids:

@@ -32,3 +32,18 @@ def record(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=1))
     return path
+
+
+def run_after_first_window(dec) -> dict:
+    """Run a Decoder; its report plus decode_tok_s, the tokens after the first window over the
+    time after it (the prefill, the same for every configuration, left out: noise in a short
+    run). A run that ends in its first window keeps tok_s."""
+    first = None
+    for ev in dec.windows():
+        if first is None:
+            first = (ev.stats.elapsed_s, ev.stats.new_tokens)
+    r = dec.report()
+    after = r["wall_s"] - first[0]
+    r["decode_tok_s"] = ((r["new_tokens"] - first[1]) / after
+                         if after > 0 and r["new_tokens"] > first[1] else r["tok_s"])
+    return r

@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import run_after_first_window  # noqa: E402
 from bench.llamacpp_spec import ACCEPTED, BUILD, DECODED, DRAFTED, NEVER_DRAFTS  # noqa: E402
 
 LLAMA_TYPES = {
@@ -62,14 +63,9 @@ def llama_run(binary: Path, model: str, prompt_file: Path, n: int, flags: list[s
 def ours_run(rt, ids: list[int], n: int, draft: str) -> dict:
     from engine.speculation.decoder import Decoder
     from engine.speculation.settings import DecodeSettings
-    dec = Decoder(rt, ids, DecodeSettings(draft=draft, max_new_tokens=n), detail=False)
-    first = None
-    for ev in dec.windows():
-        if first is None:
-            first = (ev.stats.elapsed_s, ev.stats.new_tokens)
-    r = dec.report()
-    after = r["wall_s"] - first[0]
-    return {"decode_tok_s": (r["new_tokens"] - first[1]) / after, "tokens": r["new_tokens"],
+    r = run_after_first_window(Decoder(rt, ids, DecodeSettings(draft=draft, max_new_tokens=n),
+                                       detail=False))
+    return {"decode_tok_s": r["decode_tok_s"], "tokens": r["new_tokens"],
             "tokens_per_pass": r["tokens_per_pass"], "tok_s": r["tok_s"]}
 
 
