@@ -61,13 +61,13 @@ def load_kernels():
 def make_weight(qtype: str, n: int, k: int, seed: int = 0, device="cuda") -> PackedWeight:
     """Random valid planes: random quant bytes, 6-bit K-quant sub-scales, sane f16 scales."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    bs = 256 if qtype.endswith("_K") else 32
+    bs = 256 if "_K" in qtype else 32
     planes = {}
     for name, (dt, per) in PLANE_SPECS[qtype].items():
         rows, cols = n, k // bs * per
         if dt == torch.float16:
             lo, hi = {"d": (1e-3, 3e-3), "dmin": (1e-3, 3e-3), "m": (-0.1, 0.0)}[name]
-            if qtype == "Q6_K":
+            if qtype.startswith("Q6_K"):
                 lo, hi = 1e-4, 3e-4
             t = torch.empty(rows, cols, device=device).uniform_(lo, hi, generator=gen).half()
         elif qtype in ("Q4_K", "Q5_K") and name in ("sc", "mn"):

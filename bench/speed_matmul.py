@@ -29,16 +29,20 @@ from engine.weights.matmul import packed_linear
 from engine.weights.packed import dequantize_packed
 
 # name -> (qtype, N, K): the big Q4_K matrix, the 8B's gate|up (fused as the model
-# runs it), its down projection and its LM head (Q6_K in Q4_K_M)
+# runs it), its down projection and its LM head (Q6_K in Q4_K_M; Q6_K8: the same widened to
+# int8, what the GPU loader makes of a Q6_K weight)
 SHAPES = {
     "q4k_28672x8192": ("Q4_K", 28672, 8192),
     "q4k_gate_up_24576x4096": ("Q4_K", 24576, 4096),
     "q6k_down_4096x12288": ("Q6_K", 4096, 12288),
     "q6k_lm_head_49152x4096": ("Q6_K", 49152, 4096),
+    "q6k8_down_4096x12288": ("Q6_K8", 4096, 12288),
+    "q6k8_lm_head_49152x4096": ("Q6_K8", 49152, 4096),
 }
 TINY = {          # for the CPU dry run
     "q4k_tiny_64x512": ("Q4_K", 64, 512),
     "q6k_tiny_32x512": ("Q6_K", 32, 512),
+    "q6k8_tiny_32x512": ("Q6_K8", 32, 512),
 }
 ROWS = (1, 2, 4, 8, 16, 64)
 

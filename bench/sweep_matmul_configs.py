@@ -6,7 +6,9 @@ SB, splits), graph-replayed over enough weight copies to defeat the L2 cache, an
 best. A configuration is a function of the shape only, so any of them keeps rows bit-identical
 across row counts; the chosen ones are checked for that at 1..64 rows.
 
-    python3 bench/sweep_matmul_configs.py --out /tmp/sweep.json [--shapes all|big]
+    python3 bench/sweep_matmul_configs.py --out /tmp/sweep.json [--shapes gate_up,lm_head:default,...]
+
+A shape named NAME:default times the default configuration only (a side-by-side reference).
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ SHAPES = {
     "v_q6k": ("Q6_K", 1024, 4096),
     "lm_head": ("Q6_K", 49152, 4096),
     "big": ("Q4_K", 28672, 8192),
+    # Q6_K widened to int8 at load (engine.weights.packed.widen_q6_k): what a GPU runs now
+    "down_q6k8": ("Q6_K8", 4096, 12288),
+    "v_q6k8": ("Q6_K8", 1024, 4096),
+    "lm_head8": ("Q6_K8", 49152, 4096),
 }
 
 
@@ -49,6 +55,8 @@ def configs(qtype: str) -> list[dict]:
             continue
         out.append({"BN": bn, "num_warps": nw, "num_stages": ns})
     for js, sb in itertools.product((2, 4, 8), (1, 2)):
+        if qtype == "Q6_K8":
+            break                       # no JS / SB in its tile
         if qtype == "Q6_K" and js != 8:
             continue
         for bn, nw, ns in ((64, 4, 3), (128, 8, 2), (64, 4, 4)):
@@ -88,8 +96,13 @@ def main() -> None:
     from engine.weights import triton_kernels as tk
     t0 = time.time()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    names = [s for s in args.shapes.split(",") if s]
-    jobs = [(SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], c) for s in names for c in configs(SHAPES[s][0])]
+    names = [s.split(":")[0] for s in args.shapes.split(",") if s]
+    only_default = {s.split(":")[0] for s in args.shapes.split(",") if s.endswith(":default")}
+
+    def shape_configs(s: str) -> list[dict]:
+        return [{}] if s in only_default else configs(SHAPES[s][0])
+
+    jobs = [(SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], c) for s in names for c in shape_configs(s)]
     import multiprocessing as mp
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=mp.get_context("spawn")) as ex:
         errs = list(ex.map(_warm, jobs))
@@ -105,7 +118,7 @@ def main() -> None:
         ws = [w0] + [make_weight(qt, n, k, seed=2 + i) for i in range(copies - 1)]
         xs = x[:, :k].contiguous()
         rows = []
-        for c in configs(qt):
+        for c in shape_configs(s):
             if (qt, n, k, tuple(sorted(c.items()))) in bad or time.time() - t0 > args.budget:
                 continue
             r = {"cfg": c, "full": tk.kernel_config(qt, n, k, sms, **c)}

@@ -189,10 +189,14 @@ def random_blocks(qtype: str, n: int, k: int, rng):
 
 
 def random_packed(qtype: str, n: int, k: int, seed: int = 0):
-    """(packed weight, float32 dequantization [n, k]) of `random_blocks`."""
+    """(packed weight, float32 dequantization [n, k]) of `random_blocks` (Q6_K8: Q6_K blocks
+    widened as the GPU loader does)."""
     import numpy as np
 
-    from engine.weights import dequantize_packed, pack
+    from engine.weights import dequantize_packed, pack, widen_q6_k
+    if qtype == "Q6_K8":
+        w8 = widen_q6_k(random_packed("Q6_K", n, k, seed)[0])
+        return w8, dequantize_packed(w8)
     w = pack(torch.from_numpy(random_blocks(qtype, n, k, np.random.default_rng(seed))), qtype)
     return w, dequantize_packed(w)
 

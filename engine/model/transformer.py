@@ -8,6 +8,7 @@ slots[r] before attention, so a row can attend to itself and its ancestors in th
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import torch
@@ -17,7 +18,7 @@ from engine.model.attention import WindowLayout, bind_layout_attention, gqa_bias
 from engine.model.cache import KVCache
 from engine.model.linear import CPU_KERNELS, Linear, cpu_fast_available
 from engine.model.source import TensorSource
-from engine.weights import CPU_FAST_TYPES, PackedWeight, dequantize_packed
+from engine.weights import CPU_FAST_TYPES, PackedWeight, dequantize_packed, widen_q6_k
 from engine.model.config import ModelConfig
 from engine.model.fused_layer import fused_forward_for
 from engine.model.rope import rope_tables
@@ -33,6 +34,19 @@ def _verify_attention(device: torch.device, cpu_fast: bool) -> Callable | None:
             return None
         return bind_layout_attention_triton
     return bind_layout_attention if cpu_fast else None
+
+
+def widen_q6k_default(device: torch.device) -> bool:
+    """Whether Q6_K weights are widened to int8 at load (engine.weights.packed, Q6_K8: the same
+    values, 8.56 bits a weight instead of 6.56). On CUDA, yes: the packed kernel is latency-
+    bound there and runs a Q6_K8 weight 1.2-1.3x faster than the Q6_K (H200, BENCHMARKS.md,
+    "Q6_K widened"). On ROCm, no: on RDNA's 0.6-1 TB/s the weight stream binds, and 30% more
+    bytes would cost more than the 6-bit merge saves (not measured on a card). SPECSCOPE_Q6K_INT8
+    = 1 / 0 forces either way."""
+    env = os.environ.get("SPECSCOPE_Q6K_INT8", "")
+    if env in ("0", "1"):
+        return env == "1" and device.type == "cuda"
+    return device.type == "cuda" and torch.version.hip is None
 
 
 class Transformer:
@@ -71,11 +85,15 @@ class Transformer:
             step()
             return t
 
+        widen = widen_q6k_default(self.device)
+
         def lin(name: str) -> torch.Tensor | PackedWeight:
             src = weights[name]
             if packed and src.packable:
                 step()
-                return src.packed(self.device)
+                pw = src.packed(self.device)
+                # Q6_K quants widened to int8 where that is faster (widen_q6k_default)
+                return widen_q6_k(pw) if widen and pw.qtype == "Q6_K" else pw
             return w(name)
 
         kern = cpu_kernels if self.device.type == "cpu" and cpu_fast_available() else "exact"

@@ -4,11 +4,11 @@ layout shared with the Triton kernels (see ``packed.py``), and packed matmul."""
 from .cpu_fast import CPU_FAST_TYPES, CpuFastWeight, cpu_fast_linear, prepare_cpu
 from .dequant import SUPPORTED_TYPES, dequantize, qtype_of
 from .matmul import dequantized_size, invariant_dense, packed_linear, packed_linear_torch
-from .packed import PACKED_TYPES, PackedWeight, dequantize_packed, pack
+from .packed import PACKED_TYPES, PackedWeight, dequantize_packed, pack, widen_q6_k
 
 __all__ = [
     "SUPPORTED_TYPES", "PACKED_TYPES", "PackedWeight",
-    "dequantize", "qtype_of", "pack", "dequantize_packed",
+    "dequantize", "qtype_of", "pack", "dequantize_packed", "widen_q6_k",
     "packed_linear", "packed_linear_torch", "dequantized_size", "invariant_dense",
     "CPU_FAST_TYPES", "CpuFastWeight", "prepare_cpu", "cpu_fast_linear",
 ]

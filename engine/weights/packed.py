@@ -61,6 +61,13 @@ Q6_K (super-block 256 = 16 groups of 16 for the scales)
         q = (low4 | high2 << 4) - 32                         (-32..31)
     w = (f32(d) * f32(sc[i // 16])) * q
 
+Q6_K8 (Q6_K widened at load: ``widen_q6_k``; not a GGUF type, the GPU kernels' form of Q6_K)
+    q8   int8    [N, K]      q8[n, k] = the Q6_K quant of value k minus 32 (-32..31)
+    sc, d                    as Q6_K
+    w = (f32(d) * f32(sc[k // 16])) * q8           (the same values as the Q6_K it came from)
+    8.56 bits a weight against Q6_K's 6.56: one byte a quant needs no 6-bit merge, so the
+    packed kernel dequantizes it like Q8_0 (BENCHMARKS.md, "Q6_K widened to int8").
+
 ``dequantize_packed`` implements exactly these formulas (sharing its arithmetic with
 ``dequant.dequantize``) and is bit-identical to ``gguf.quants.dequantize`` of the file bytes.
 """
@@ -74,7 +81,8 @@ import torch
 from . import dequant as _dq
 from .dequant import GGMLQuantizationType as _T
 
-__all__ = ["PACKED_TYPES", "PLANE_SPECS", "PackedWeight", "pack", "dequantize_packed", "plane_shapes"]
+__all__ = ["PACKED_TYPES", "PLANE_SPECS", "PackedWeight", "pack", "dequantize_packed", "plane_shapes",
+           "widen_q6_k"]
 
 PACKED_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
@@ -89,13 +97,20 @@ PLANE_SPECS: dict[str, dict[str, tuple[torch.dtype, int]]] = {
              "dmin": (torch.float16, 1), "sc": (torch.uint8, 8), "mn": (torch.uint8, 8)},
     "Q6_K": {"ql": (torch.uint8, 128), "qh": (torch.uint8, 64), "sc": (torch.int8, 16),
              "d": (torch.float16, 1)},
+    "Q6_K8": {"q8": (torch.int8, 256), "sc": (torch.int8, 16), "d": (torch.float16, 1)},
 }
+_WIDENED = {"Q6_K8": "Q6_K"}     # load-time forms -> the GGUF type they hold
+
+
+def _block_size(qtype) -> int:
+    name = qtype if qtype in _WIDENED else _dq.qtype_of(qtype).name
+    return _dq.block_sizes(_WIDENED.get(name, name))[0]
 
 
 def plane_shapes(qtype, n: int, k: int) -> dict[str, tuple[tuple[int, int], torch.dtype]]:
     """{plane: ((N, X), dtype)} of a packed weight of shape [n, k]."""
-    name = _dq.qtype_of(qtype).name
-    bs, _ = _dq.block_sizes(name)
+    name = qtype if qtype in _WIDENED else _dq.qtype_of(qtype).name
+    bs = _block_size(name)
     if k % bs:
         raise ValueError(f"{name}: K={k} is not a multiple of {bs}")
     return {p: ((n, k // bs * c), dt) for p, (dt, c) in PLANE_SPECS[name].items()}
@@ -136,7 +151,7 @@ class PackedWeight:
 
     @property
     def block_size(self) -> int:
-        return _dq.block_sizes(self.qtype)[0]
+        return _block_size(self.qtype)
 
     def to(self, device) -> "PackedWeight":
         device = torch.device(device)
@@ -220,6 +235,27 @@ def pack(raw: torch.Tensor, qtype, device=None) -> PackedWeight:
     return w if device is None else w.to(device)
 
 
+def widen_q6_k(w: PackedWeight) -> PackedWeight:
+    """A Q6_K weight as Q6_K8 (module doc): the quants as int8 (q - 32), scales kept; on w's
+    device, in slices of rows (a bounded scratch). The values are bit-identical."""
+    if w.qtype != "Q6_K":
+        raise ValueError(f"widen_q6_k: {w.qtype} is not Q6_K")
+    n, k = w.shape
+    nb = k // 256
+    q8 = torch.empty((n, k), dtype=torch.int8, device=w.device)
+    step = max(1, (1 << 22) // max(1, k))          # ~4 M values of scratch a slice
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        m = r1 - r0
+        ql = w.planes["ql"][r0:r1].view(m, nb, 2, 2, 32).to(torch.int16)   # [.., h, a, l]
+        qh = w.planes["qh"][r0:r1].view(m, nb, 2, 1, 32).to(torch.int16)   # [.., h, 1, l]
+        low = torch.stack((ql & 15, ql >> 4), dim=3).view(m, nb, 2, 4, 32)  # j = a + 2 * nib
+        shifts = torch.tensor([0, 2, 4, 6], dtype=torch.int16, device=w.device).view(4, 1)
+        high = (qh >> shifts) & 3                                           # [.., h, j, l]
+        q8[r0:r1] = ((low | (high << 4)) - 32).to(torch.int8).view(m, k)
+    return PackedWeight("Q6_K8", (n, k), {"q8": q8, "sc": w.planes["sc"], "d": w.planes["d"]})
+
+
 # planes [n, nb, len] -> (quant fields, factors) for the shared fill kernels in dequant
 def _fields(w: PackedWeight, rows: slice):
     p = {name: t[rows] for name, t in w.planes.items()}
@@ -270,6 +306,14 @@ def dequantize_packed(w: PackedWeight, rows: slice | None = None,
     elif out.shape != (n, k) or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError(f"dequantize_packed: out must be contiguous float32 {(n, k)}")
     if n == 0:
+        return out
+    if w.qtype == "Q6_K8":
+        r = slice(start, stop)
+        ds = w.planes["d"][r].to(torch.float32).repeat_interleave(16, dim=1) * \
+            w.planes["sc"][r].to(torch.float32)                              # [n, K/16]
+        ov = out.view(n, k // 16, 16)
+        ov.copy_(w.planes["q8"][r].view(n, k // 16, 16))
+        ov.mul_(ds.unsqueeze(-1))
         return out
     fill = _dq.KERNELS[_T[w.qtype]][1]
     step = _dq.chunk_rows(k) * _dq._OUTER_CHUNKS

@@ -85,8 +85,9 @@ __all__ = ["packed_matmul", "packed_partials", "packed_swiglu", "swiglu_block", 
 BK = 256               # K values per tile (one K-quant superblock, eight 32-blocks)
 
 # qtype codes (constexpr in the kernel)
-_Q8_0, _Q4_0, _Q4_1, _Q4_K, _Q5_K, _Q6_K = 0, 1, 2, 3, 4, 5
-_CODES = {"Q8_0": _Q8_0, "Q4_0": _Q4_0, "Q4_1": _Q4_1, "Q4_K": _Q4_K, "Q5_K": _Q5_K, "Q6_K": _Q6_K}
+_Q8_0, _Q4_0, _Q4_1, _Q4_K, _Q5_K, _Q6_K, _Q6_K8 = 0, 1, 2, 3, 4, 5, 6
+_CODES = {"Q8_0": _Q8_0, "Q4_0": _Q4_0, "Q4_1": _Q4_1, "Q4_K": _Q4_K, "Q5_K": _Q5_K, "Q6_K": _Q6_K,
+          "Q6_K8": _Q6_K8}
 SUPPORTED_QTYPES = tuple(_CODES)
 
 # the planes each type's kernel reads, in argument order
@@ -97,8 +98,10 @@ _PLANES = {
     "Q4_K": ("qs", "d", "dmin", "sc", "mn"),
     "Q5_K": ("qs", "qh", "d", "dmin", "sc", "mn"),
     "Q6_K": ("ql", "qh", "sc", "d"),
+    "Q6_K8": ("q8", "sc", "d"),
 }
-_SUPERBLOCK = {"Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
+_SUPERBLOCK = {"Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256,
+               "Q6_K8": 256}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,6 +139,17 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
         # over the H200's 227 KB; the AOT compile check found it)
         cfg = ({"BN": 128, "num_warps": 8, "num_stages": 2, "num_stages_wide": 1}
                if triton.cdiv(n, 128) < sms else {"BN": 64, "num_warps": 4, "num_stages": 2})
+    elif qtype == "Q6_K8":
+        # Q6_K widened to int8 (engine.weights.packed.widen_q6_k), the sweep's best on the H200
+        # (BENCHMARKS.md): the LM head 64-row blocks, 2 stages; down 64-row blocks split K in
+        # 4; the small v (1024 x 4096) 64-row blocks: 128-row ones were 8% faster there but
+        # need 72-80 KB of shared memory for 16-bit tiles, over RDNA's 64 KB
+        if triton.cdiv(n, 64) >= sms:
+            cfg = {"BN": 64, "num_warps": 4, "num_stages": 2}
+        elif n * k >= (32 << 20) and (k // 256) % 4 == 0:
+            cfg = {"BN": 64, "num_warps": 4, "num_stages": 3, "splits": 4}
+        else:
+            cfg = {"BN": 64, "num_warps": 4, "num_stages": 3}
     elif triton.cdiv(n, 128) >= sms // 2 and qtype != "Q5_K":
         # two stages and half-width dots keep ~126 registers and ~70 KB of shared memory per
         # 256-thread program, so two programs share an SM
@@ -237,6 +251,8 @@ def _operands(x: torch.Tensor, w, override: dict) -> tuple:
         planes[0] = planes[0].view(torch.uint8)
     if qtype == "Q6_K":
         planes[2] = planes[2].view(torch.int8)
+    if qtype == "Q6_K8":
+        planes[0] = planes[0].view(torch.uint8)
     return qtype, n, k, x2, planes, kernel_config(qtype, n, k, _sms(x), **override)
 
 

@@ -71,6 +71,56 @@ def _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32
 
 
 @triton.jit
+def _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm, K4, K16, K256,
+               NMB: tl.constexpr, IEEE: tl.constexpr):
+    """Q6_K8 (Q6_K widened at load), one superblock from kb: q8 int8 [N, K] (q - 32), sc
+    int8 [N, K/16], d f16 [N, K/256]. As ``_tile_q8_0`` (words [BN, bh, half, jw, c]: block
+    4bh+c, word 4half+jw) with the scale d * sc of the word's 16-value group 2(4bh+c)+half."""
+    BN: tl.constexpr = rn.shape[0]
+    c4 = tl.arange(0, 4)
+    bh = tl.arange(0, 2)
+    hf = tl.arange(0, 2)
+    jw = tl.arange(0, 4)
+    blk = 4 * bh[:, None, None] + c4[None, None, :]                                  # [2, 1, 4]
+    grp = 2 * blk + hf[None, :, None]                                                # [2, 2, 4]
+    woff = (kb // 4 + 8 * blk[:, :, None, :] + 4 * hf[None, :, None, None]
+            + jw[None, None, :, None])                                               # [2, 2, 4, 4]
+    w = tl.load(pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None, None] * K4 + woff[None])
+    d = tl.load(pd + rn * K256 + kb // 256).to(tl.float32)
+    sc = tl.load(psc + rn[:, None, None, None] * K16 + kb // 16 + grp[None]).to(tl.float32)
+    s = d[:, None, None, None] * sc                     # exact: the Q6_K scale (d * sc)
+    if IEEE:
+        a = s
+        b = s * 0.0
+        mg = _opaque(a, 0x4B000080)
+    else:
+        a = s * 2048.0                                  # f = 1 + (q + 128) / 2048
+        b = s * -2176.0
+        mg = _opaque(a, 0x3F880000)
+    a = a[:, :, :, None, :]
+    b = b[:, :, :, None, :]
+    mg = mg[:, :, :, None, :]
+    if IEEE:
+        f0 = ((w & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f1 = (((w >> 8) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f2 = (((w >> 16) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f3 = (((w >> 24) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+    else:
+        f0 = (((w << 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f1 = (((w << 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f2 = (((w >> 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f3 = (((w >> 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+    v0 = tl.reshape(tl.fma(f0, a, b), [BN, 16, 4])
+    v1 = tl.reshape(tl.fma(f1, a, b), [BN, 16, 4])
+    v2 = tl.reshape(tl.fma(f2, a, b), [BN, 16, 4])
+    v3 = tl.reshape(tl.fma(f3, a, b), [BN, 16, 4])
+    kxw = tl.reshape(kb + 32 * blk[:, :, None, :] + 16 * hf[None, :, None, None]
+                     + 4 * jw[None, None, :, None], [16, 4])
+    return _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
+                      NMB, True, IEEE)
+
+
+@triton.jit
 def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
                 Q41: tl.constexpr, NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
     """Q4_0 / Q4_1, 256 values (8 blocks of 32) from kb: qs [N, K/2] (per block 16 bytes,
@@ -292,6 +342,10 @@ def _packed_mm_kernel(
             # Q5_K planes: qs, qh, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, p4, p5, rn, kb,
                                                 M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB)
+        elif QT == 6:
+            # Q6_K8 planes: q8, sc, d
+            acc0, acc1, acc2, acc3 = _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,
+                                                M, K, sxm, K4, K16, K256, NMB, IEEE)
         else:
             # Q6_K planes: ql, qh, sc, d
             d0, d1 = _kscales(p3, rn, kb, K256, SB)

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-DENSE_TYPES = ("Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1")
+DENSE_TYPES = ("Q4_K", "Q6_K", "Q6_K8", "Q8_0", "Q4_0", "Q4_1")
 
 
 @triton.jit
@@ -46,24 +46,29 @@ def _q4k_kernel(qs_ptr, d_ptr, dm_ptr, sc_ptr, mn_ptr, o_ptr, N, K, BR: tl.const
 
 
 @triton.jit
-def _q6k_kernel(ql_ptr, qh_ptr, sc_ptr, d_ptr, o_ptr, N, K, BR: tl.constexpr):
+def _q6k_kernel(ql_ptr, qh_ptr, sc_ptr, d_ptr, o_ptr, N, K, BR: tl.constexpr, W8: tl.constexpr):
     """Value t = 128h + 32j + l: low 4 bits of ql[64h + 32(j%2) + l] >> 4(j//2), high 2 bits of
-    qh[32h + l] >> 2j; value = d * sc[8h + 2j + l//16] * (q - 32)."""
+    qh[32h + l] >> 2j; value = d * sc[t // 16] * (q - 32). W8 (Q6_K8): ql_ptr is the int8
+    plane of q - 32 [N, K] (qh_ptr unused)."""
     rn = tl.program_id(0) * BR + tl.arange(0, BR)
     sb = tl.program_id(1)
     t = tl.arange(0, 256)
     m = (rn < N)[:, None]
-    h = t // 128
-    j = (t % 128) // 32
-    li = t % 32
-    lo = tl.load(ql_ptr + rn[:, None] * (K // 2) + sb * 128 + (64 * h + 32 * (j % 2) + li)[None, :],
-                 mask=m, other=0)
-    hi = tl.load(qh_ptr + rn[:, None] * (K // 4) + sb * 64 + (32 * h + li)[None, :], mask=m, other=0)
-    q = ((lo >> (4 * (j // 2))[None, :]) & 15) | (((hi >> (2 * j)[None, :]) & 3) << 4)
-    sc = tl.load(sc_ptr + rn[:, None] * (K // 16) + sb * 16 + (8 * h + 2 * j + li // 16)[None, :],
+    sc = tl.load(sc_ptr + rn[:, None] * (K // 16) + sb * 16 + (t // 16)[None, :],
                  mask=m, other=0).to(tl.float32)
     d = tl.load(d_ptr + rn * (K // 256) + sb, mask=rn < N, other=0.0).to(tl.float32)[:, None]
-    v = (d * sc) * (q.to(tl.float32) - 32.0)
+    if W8:
+        q8 = tl.load(ql_ptr + rn[:, None] * K + sb * 256 + t[None, :], mask=m, other=0)
+        v = (d * sc) * q8.to(tl.float32)
+    else:
+        h = t // 128
+        j = (t % 128) // 32
+        li = t % 32
+        lo = tl.load(ql_ptr + rn[:, None] * (K // 2) + sb * 128 + (64 * h + 32 * (j % 2) + li)[None, :],
+                     mask=m, other=0)
+        hi = tl.load(qh_ptr + rn[:, None] * (K // 4) + sb * 64 + (32 * h + li)[None, :], mask=m, other=0)
+        q = ((lo >> (4 * (j // 2))[None, :]) & 15) | (((hi >> (2 * j)[None, :]) & 3) << 4)
+        v = (d * sc) * (q.to(tl.float32) - 32.0)
     tl.store(o_ptr + rn[:, None] * K + sb * 256 + t[None, :], v.to(o_ptr.dtype.element_ty), mask=m)
 
 
@@ -104,7 +109,10 @@ def dequantize_dense(w, out: torch.Tensor) -> torch.Tensor:
                                                     out, n, k, BR=BR, num_warps=4)
     elif w.qtype == "Q6_K":
         _q6k_kernel[(triton.cdiv(n, BR), k // 256)](p["ql"], p["qh"], p["sc"].view(torch.int8),
-                                                    p["d"], out, n, k, BR=BR, num_warps=4)
+                                                    p["d"], out, n, k, BR=BR, W8=False, num_warps=4)
+    elif w.qtype == "Q6_K8":
+        _q6k_kernel[(triton.cdiv(n, BR), k // 256)](p["q8"], p["q8"], p["sc"], p["d"], out, n, k,
+                                                    BR=BR, W8=True, num_warps=4)
     elif w.qtype in ("Q8_0", "Q4_0", "Q4_1"):
         qt = ("Q8_0", "Q4_0", "Q4_1").index(w.qtype)
         qs = p["qs"].view(torch.int8) if qt == 0 else p["qs"]

@@ -144,3 +144,21 @@ def test_streamed_safetensors_load_never_holds_a_float_copy(tmp_path):
     # bf16 -> bf16 on the CPU: the final weights plus one tensor's float32 round trip
     bound = r["on_host"] + 6 * r["largest_tensor_values"] + 200 * MB
     assert r["peak_gain"] < bound, r
+
+
+def test_q6_k_is_widened_only_on_cuda(monkeypatch):
+    """Q6_K weights become Q6_K8 (int8 quants, same values) on CUDA only: never on a CPU, not on
+    ROCm by default (there the weight stream binds); SPECSCOPE_Q6K_INT8 forces either way."""
+    from engine.model.transformer import widen_q6k_default
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv("SPECSCOPE_Q6K_INT8", raising=False)
+    assert not widen_q6k_default(cpu)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert widen_q6k_default(gpu)
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    assert not widen_q6k_default(gpu)
+    monkeypatch.setenv("SPECSCOPE_Q6K_INT8", "1")
+    assert widen_q6k_default(gpu) and not widen_q6k_default(cpu)
+    monkeypatch.setenv("SPECSCOPE_Q6K_INT8", "0")
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert not widen_q6k_default(gpu)

@@ -222,6 +222,25 @@ def test_pack_rejects_unpacked_types():
 
 # ---------------------------------------------------------------------------------- matmul
 
+def test_widen_q6_k_keeps_every_value():
+    """Q6_K widened to Q6_K8 (int8 quants, the GPU kernels' form): the same float32 bits as
+    gguf's Q6_K dequantization, over several row slices of the repack; the CPU matmul takes it."""
+    from engine.weights.packed import widen_q6_k
+    raw = random_raw("Q6_K", 37, 768, seed=7)
+    ref = gguf_ref(raw, "Q6_K")
+    w = pack(torch.from_numpy(raw), "Q6_K")
+    w8 = widen_q6_k(w)
+    assert w8.qtype == "Q6_K8" and w8.shape == w.shape and w8.block_size == 256
+    assert w8.planes["q8"].dtype == torch.int8 and int(w8.planes["q8"].abs().max()) <= 32
+    assert w8.nbytes == 37 * 768 + w.planes["sc"].numel() + 2 * w.planes["d"].numel()
+    assert bits_equal(dequantize_packed(w8), ref)
+    assert bits_equal(dequantize_packed(w8, slice(5, 20)), ref[5:20])
+    x = torch.randn(3, 768, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(packed_linear_torch(x, w8), packed_linear_torch(x, w))
+    with pytest.raises(ValueError, match="not Q6_K"):
+        widen_q6_k(w8)
+
+
 def _weight(name, n, k, seed):
     raw = random_raw(name, n, k, seed)
     return pack(torch.from_numpy(raw), name), gguf_ref(raw, name)

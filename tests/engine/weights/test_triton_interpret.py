@@ -34,7 +34,7 @@ from gguf import GGMLQuantizationType as _T  # noqa: E402
 from gguf import quants as _gq  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 
-TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q6_K8")   # Q6_K8: Q6_K widened
 
 
 @pytest.mark.skipif(_CHILD, reason="this is the child")
@@ -101,7 +101,12 @@ class _W:
 
 
 def _weight(qtype: str, n: int, k: int, seed: int = 0):
-    """(packed weight, float32 reference dequantization [n, k]) for random blocks."""
+    """(packed weight, float32 reference dequantization [n, k]) for random blocks (Q6_K8:
+    Q6_K blocks widened at load, engine.weights.packed.widen_q6_k, against gguf's Q6_K)."""
+    if qtype == "Q6_K8":
+        from engine.weights.packed import widen_q6_k
+        w, ref = _weight("Q6_K", n, k, seed)
+        return widen_q6_k(w), ref
     rng = np.random.default_rng(seed)
     raw = _raw_blocks(qtype, n, k, rng)
     ref = torch.from_numpy(_gq.dequantize(raw, _T[qtype]).reshape(n, k).copy())
@@ -151,6 +156,7 @@ def test_split_k_and_odd_shapes(tk):
     """A shape that splits K (few row blocks), an N that is not a multiple of the row block,
     an odd superblock count (one superblock per step), a 32-block type with K % 256 != 0."""
     for qtype, n, k, over in (("Q4_K", 40, 1024, {"splits": 2}), ("Q6_K", 24, 768, {}),
+                              ("Q6_K8", 24, 768, {"splits": 3}),
                               ("Q4_1", 40, 288, {})):
         w, ref = _weight(qtype, n, k, seed=3)
         x = torch.randn(5, k, generator=torch.Generator().manual_seed(2))
