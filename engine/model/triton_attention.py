@@ -13,8 +13,9 @@ keys of each block by logical position, runs the online softmax over its blocks 
 writes its partial (max, sum, accumulator) in float32. Splits and blocks past the row's last
 position do nothing, so a pass reads only the keys each row attends to (not the whole cache).
 
-Kernel 2, `_combine_kernel`, grid (rows, kv heads): adds the row's splits in order 0, 1, ...
-(the split count is a function of the row's own length only).
+Then the row's last split program to finish (an atomic counter per row and kv head, reset by
+that program) adds the row's splits in order 0, 1, ... (`_combine`; the split count is a
+function of the row's own length only): one launch a layer, no combine kernel.
 
 Every dot has the same shape whatever the window ([GP, D] x [D, BLOCK] and [GP, BLOCK] x
 [BLOCK, D]); the row count only sets the grid. float32 dots take the backend's precision
@@ -42,7 +43,7 @@ SPLIT_BLOCKS = int(os.environ.get("SPECSCOPE_ATTN_SPLIT_BLOCKS", "2"))
 
 @triton.jit
 def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, acc_ptr,
-                  sqr, sqh, skh, skc, sar, scale, NS: tl.constexpr,
+                  cnt_ptr, o_ptr, sqr, sqh, skh, skc, sar, sor, soh, scale, NS: tl.constexpr,
                   G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
                   SB: tl.constexpr, IEEE: tl.constexpr):
     r = tl.program_id(0)
@@ -85,36 +86,53 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
                     pv = tl.dot(p.to(vv.dtype), vv)
                 acc = acc * alpha[:, None] + pv
                 m_i = m_new
-        w = (r * tl.num_programs(1) + h) * NS + s
+        rh = r * tl.num_programs(1) + h
+        w = rh * NS + s
         tl.store(m_ptr + w * GP + g, m_i)
         tl.store(l_ptr + w * GP + g, l_i)
         tl.store(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], acc)
+        # the row's last split to finish adds all of them (a counter per (row, kv head); its
+        # release/acquire makes the others' partials visible) and resets the counter
+        ns = tl.cdiv(length, SB * BN)     # the row's splits: a function of its own length only
+        done = tl.atomic_add(cnt_ptr + rh, 1, sem="acq_rel", scope="gpu")
+        if done == ns - 1:
+            _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, rh * NS, ns, sor, soh, NS, G, GP, D)
+            tl.atomic_xchg(cnt_ptr + rh, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def _combine_kernel(o_ptr, n_ptr, depth_ptr, m_ptr, l_ptr, acc_ptr, sor, soh, NS: tl.constexpr,
-                    G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPAN: tl.constexpr):
-    r = tl.program_id(0)
-    h = tl.program_id(1)
-    length = tl.load(n_ptr) + tl.load(depth_ptr + r) + 1
-    ns = tl.cdiv(length, SPAN)        # the row's splits: a function of its own length only
+def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, w0, ns, sor, soh, NS: tl.constexpr,
+             G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr):
+    """Row r, kv head h: its ns split partials (at w0..) added in order 0, 1, ...; loads past
+    the L1 (".cg"): other programs wrote them."""
     g = tl.arange(0, GP)
     dd = tl.arange(0, D)
-    w0 = (r * tl.num_programs(1) + h) * NS
     mx = tl.full([GP], float("-inf"), tl.float32)
     for s in range(NS):
         if s < ns:
-            mx = tl.maximum(mx, tl.load(m_ptr + (w0 + s) * GP + g))
+            mx = tl.maximum(mx, tl.load(m_ptr + (w0 + s) * GP + g, cache_modifier=".cg"))
     tot = tl.zeros([GP], tl.float32)
     out = tl.zeros([GP, D], tl.float32)
     for s in range(NS):
         if s < ns:
-            wt = tl.exp(tl.load(m_ptr + (w0 + s) * GP + g) - mx)
-            tot += tl.load(l_ptr + (w0 + s) * GP + g) * wt
-            out += tl.load(acc_ptr + ((w0 + s) * GP + g)[:, None] * D + dd[None, :]) * wt[:, None]
+            wt = tl.exp(tl.load(m_ptr + (w0 + s) * GP + g, cache_modifier=".cg") - mx)
+            tot += tl.load(l_ptr + (w0 + s) * GP + g, cache_modifier=".cg") * wt
+            out += tl.load(acc_ptr + ((w0 + s) * GP + g)[:, None] * D + dd[None, :],
+                           cache_modifier=".cg") * wt[:, None]
     out = out / tot[:, None]
     tl.store(o_ptr + r * sor + (h * G + g)[:, None] * soh + dd[None, :],
              out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
+
+
+_COUNTERS: dict = {}       # device -> int32 zeros, one per (row, kv head); each pass leaves 0s
+
+
+def _counters(device: torch.device, need: int) -> torch.Tensor:
+    c = _COUNTERS.get(device)
+    if c is None or c.numel() < need:
+        # first use (a warm-up run, before any graph capture, for the row counts it takes)
+        c = _COUNTERS[device] = torch.zeros(max(need, 4096), dtype=torch.int32, device=device)
+    return c
 
 
 def bind_layout_attention_triton(layout: WindowLayout):
@@ -145,11 +163,10 @@ def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     acc_ws = ws[2 * R * Hkv * NS * GP:]
     ieee = ieee_code(q.dtype, small=True)   # float32: the backend's dot precision (nonzero)
     anc = layout.anc
-    _split_kernel[(R, Hkv, NS)](
-        q, k, v, n, layout.depth, anc, m_ws, l_ws, acc_ws,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), anc.stride(0), D ** -0.5, NS=NS,
-        G=G, GP=GP, D=D, BN=BLOCK, SB=SPLIT_BLOCKS, IEEE=ieee, num_warps=4)
     out = torch.empty(R, Hq, D, dtype=q.dtype, device=q.device)
-    _combine_kernel[(R, Hkv)](out, n, layout.depth, m_ws, l_ws, acc_ws, out.stride(0),
-                              out.stride(1), NS=NS, G=G, GP=GP, D=D, SPAN=span, num_warps=4)
+    _split_kernel[(R, Hkv, NS)](
+        q, k, v, n, layout.depth, anc, m_ws, l_ws, acc_ws, _counters(q.device, R * Hkv), out,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), anc.stride(0), out.stride(0),
+        out.stride(1), D ** -0.5, NS=NS, G=G, GP=GP, D=D, BN=BLOCK, SB=SPLIT_BLOCKS, IEEE=ieee,
+        num_warps=4)
     return out
