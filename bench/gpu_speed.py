@@ -177,7 +177,9 @@ def decode_round(rt, ids: list[int], tokens: int) -> dict:
     from engine.model.device import synchronize
     from engine.speculation.decoder import Decoder
     from engine.speculation.settings import DecodeSettings
-    dec = Decoder(rt, ids, DecodeSettings(draft="none", max_new_tokens=tokens))
+    # detail=False as `generate` runs it (detail=True is the workbench's: every row's top tokens
+    # as text, and greedy verdicts on the full logits instead of the device's top-k)
+    dec = Decoder(rt, ids, DecodeSettings(draft="none", max_new_tokens=tokens), detail=False)
     marks = []
     for _ in dec.windows():
         marks.append(time.perf_counter())

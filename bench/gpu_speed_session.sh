@@ -200,6 +200,10 @@ if [ "${SPEC23:-1}" = 1 ] && [ -f $MB ] && [ -x $BIN/llama-speculative-simple ];
       --config-file $R/export_llamacpp_bundled.txt --per-category 2 --tokens 128 \
       --extra "-ngl 99 -fa on" --out $R/llamacpp_spec_gpu.json
     pack
+    # ours on the same prompts: tree d8 w3 (and plain, lookup) against llama.cpp's best n-gram
+    [ -f $R/llamacpp_spec_gpu.json ] && phase 60 python3 bench/tree_vs_llamacpp.py --model $MB \
+      --llama $R/llamacpp_spec_gpu.json --out $R/tree_vs_llamacpp.json
+    pack
   fi
 fi
 step summary

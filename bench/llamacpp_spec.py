@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "binary": str(binary),
            "build": next((r["build"] for r in runs if r["build"]), None), "model": a.model,
            "tokens": a.tokens, "threads": a.threads, "extra": a.extra, "variants": variants,
+           "workload": a.workload, "per_category": a.per_category, "prompt_limit": a.prompts,
            "exported_config": config.strip(), "loadavg_start": load0,
            "loadavg_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
            "table": table, "window_cost_fit": fit, "calibration": calib, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}

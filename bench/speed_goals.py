@@ -2,7 +2,7 @@
 
 Reads DIR/all_<big>.json and DIR/all_<small>.json (ours, with llama.cpp's figures of the same
 rounds under "llamacpp"), DIR/kernels_<tag>.json (where `all` ran without its kernels part),
-DIR/matmul.json and DIR/exact_summary_<small>.json, whichever exist;
+DIR/matmul.json, DIR/exact_summary_<small>.json and DIR/tree_vs_llamacpp.json, whichever exist;
 prints the goal table (markdown, also written to DIR/summary.md) and the pass-by-rows curves of
 both engines side by side; DIR/summary.json holds the same numbers. A figure whose inputs are
 missing reads "not measured".
@@ -84,6 +84,12 @@ def figures(out: Path, big: str = BIG, small: str = SMALL) -> dict:
         put(f"matmul_{name}_pct_1row", pct,
             f"{_rows(r, 'us', 1):.1f} µs, {_rows(r, 'gbs', 1):.0f} GB/s; row-invariant "
             f"{'yes' if r.get('row_invariant') else 'NO'}" if pct is not None else "")
+    tv = _load(out / "tree_vs_llamacpp.json")
+    tree = _rows(tv, "summary", "tree:8:3") if tv else None
+    put(f"{SMALL}_tree_over_llama_ngram", tree.get("median_ratio_vs_llama_best") if tree else None,
+        f"median over {len(tv['rows'])} prompts of tree d8 w3 ÷ llama.cpp's fastest n-gram type that "
+        f"prompt; {tree['median_tok_s']:.0f} vs {tv['summary']['llama_best_median_tok_s']:.0f} tok/s "
+        f"(bench/tree_vs_llamacpp.py)" if tree else "")
     if ex and ex.get("forms"):
         worst = max(max(v["max_abs_chains"], v["max_abs_trees"]) for v in ex["forms"].values())
         put("exact_max_abs_diff", worst, ", ".join(f"{k}: {max(v['max_abs_chains'], v['max_abs_trees']):g}"
@@ -110,6 +116,8 @@ GOALS: list[tuple[str, str, str, str, Callable[[float], bool]]] = [
      lambda v: v <= 8),
     ("bundled: plain decoding ÷ llama.cpp tg128 at depth 1000", f"{SMALL}_decode_over_tg", "0.48", ">= 1.0",
      lambda v: v >= 1.0),
+    ("bundled: tree speculation ÷ llama.cpp's best n-gram speculation, same prompts",
+     f"{SMALL}_tree_over_llama_ngram", "1.33", ">= 2.0", lambda v: v >= 2.0),
     ("prefill tok/s ÷ llama.cpp pp512, 8B-like", f"{BIG}_prefill_over_pp512", "", ">= 1.0", lambda v: v >= 1.0),
     ("prefill tok/s ÷ llama.cpp pp512, bundled", f"{SMALL}_prefill_over_pp512", "~0.05", ">= 1.0",
      lambda v: v >= 1.0),

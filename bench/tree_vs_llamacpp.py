@@ -1,0 +1,124 @@
+"""Our speculation against llama.cpp's best n-gram speculation, same prompts, same card (issue 22's
+"bundled: tree speculation ÷ llama.cpp's best n-gram speculation").
+
+    python3 bench/tree_vs_llamacpp.py --model F.gguf --llama LLAMACPP_SPEC.json --out OUT.json \
+        [--device cuda] [--dtype bfloat16] [--configs none,tree:8:3,lookup:8:1] [--repeats 2]
+
+LLAMACPP_SPEC.json is bench/llamacpp_spec.py's output for the same model (its prompts: the
+workload and per-category count it records are reused, rendered with the model's chat template
+as there). For every prompt our decoder (`generate`'s loop: greedy, detail off, 128 tokens or
+the count llama.cpp decoded) runs each configuration; decode tok/s counts the tokens after the
+first window over the time after it (llama.cpp's "decoded N tokens in S seconds" leaves the
+prompt out too). Per prompt: llama.cpp's best n-gram variant (the fastest of spec-default,
+ngram-simple and the exported one, picked per prompt: a bound no single flag set reaches) and
+ours ÷ it; the medians over prompts are printed and written to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import run_after_first_window  # noqa: E402
+from llamacpp_spec import prompt_texts  # noqa: E402
+
+NGRAM_VARIANTS = ("spec-default", "ngram-simple", "exported")
+
+
+def parse_config(text: str):
+    """"none" | "tree:DEPTH:WIDTH" | "lookup:DEPTH:1" -> DecodeSettings keyword arguments."""
+    parts = text.split(":")
+    if parts[0] == "none":
+        return {"draft": "none"}
+    if len(parts) != 3 or parts[0] not in ("tree", "lookup"):
+        raise SystemExit(f"--configs: {text!r} is not none, tree:D:W or lookup:D:W")
+    return {"draft": parts[0], "depth": int(parts[1]), "width": int(parts[2])}
+
+
+def llama_best(spec: dict) -> dict[str, dict]:
+    """prompt id -> {"variant", "tok_s"} of llama.cpp's fastest n-gram variant (medians of repeats)."""
+    by: dict[tuple[str, str], list[float]] = {}
+    for r in spec["runs"]:
+        if r["variant"] in NGRAM_VARIANTS and r.get("tok_s"):
+            by.setdefault((r["prompt"], r["variant"]), []).append(r["tok_s"])
+    best: dict[str, dict] = {}
+    for (pid, var), v in by.items():
+        t = statistics.median(v)
+        if pid not in best or t > best[pid]["tok_s"]:
+            best[pid] = {"variant": var, "tok_s": t}
+    plain = {}
+    for r in spec["runs"]:
+        if r["variant"] == "plain" and r.get("tok_s"):
+            plain.setdefault(r["prompt"], []).append(r["tok_s"])
+    for pid in best:
+        if pid in plain:
+            best[pid]["plain_tok_s"] = statistics.median(plain[pid])
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--llama", required=True, help="bench/llamacpp_spec.py's --out JSON")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--configs", default="none,tree:8:3,lookup:8:1")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=128)
+    a = ap.parse_args(argv)
+
+    spec = json.loads(Path(a.llama).read_text())
+    best = llama_best(spec)
+    if not best:
+        raise SystemExit(f"{a.llama}: no n-gram runs with a speed")
+    prompts = prompt_texts(a.model, spec.get("workload", "code-edit,specbench:summarization,qa,rag"),
+                           int(spec.get("per_category", 2)), spec.get("prompt_limit"))
+    prompts = [p for p in prompts if p["id"] in best]
+
+    from engine.io.load import load_model
+    from engine.model.runtime import Runtime
+    from engine.speculation.decoder import Decoder
+    from engine.speculation.settings import DecodeSettings
+    lm = load_model(a.model)
+    rt = Runtime(lm, device=a.device, dtype=a.dtype)
+    configs = {c: parse_config(c) for c in a.configs.split(",") if c}
+    rows = []
+    for p in prompts:
+        ids = lm.tokenizer.encode(p["text"], add_special_tokens=False)
+        row = {"prompt": p["id"], "category": p["category"], "llama": best[p["id"]], "ours": {}}
+        for rep in range(a.repeats + 1):             # the first round warms every bucket up
+            for name, kw in configs.items():
+                dec = Decoder(rt, ids, DecodeSettings(max_new_tokens=a.tokens, **kw), detail=False)
+                r = run_after_first_window(dec)
+                if rep:
+                    row["ours"].setdefault(name, []).append(r["decode_tok_s"])
+        row["ours"] = {k: statistics.median(v) for k, v in row["ours"].items()}
+        lb = row["llama"]["tok_s"]
+        row["ratio"] = {k: v / lb for k, v in row["ours"].items()}
+        rows.append(row)
+        print(f"{p['id']:<28} llama best {row['llama']['variant']:<13} {lb:8.1f} | "
+              + " ".join(f"{k} {v:8.1f} ({row['ratio'][k]:.2f}x)" for k, v in row["ours"].items()),
+              flush=True)
+    summary = {k: {"median_tok_s": statistics.median(r["ours"][k] for r in rows),
+                   "median_ratio_vs_llama_best": statistics.median(r["ratio"][k] for r in rows)}
+               for k in configs}
+    summary["llama_best_median_tok_s"] = statistics.median(r["llama"]["tok_s"] for r in rows)
+    print(json.dumps(summary, indent=1))
+    Path(a.out).write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "model": a.model,
+                                       "device": rt.device_name, "dtype": rt.dtype_name,
+                                       "configs": a.configs, "summary": summary, "rows": rows},
+                                      indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
