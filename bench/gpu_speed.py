@@ -181,8 +181,14 @@ def decode_round(rt, ids: list[int], tokens: int) -> dict:
     # as text, and greedy verdicts on the full logits instead of the device's top-k)
     dec = Decoder(rt, ids, DecodeSettings(draft="none", max_new_tokens=tokens), detail=False)
     marks = []
-    for _ in dec.windows():
-        marks.append(time.perf_counter())
+    # all `tokens` steps, as llama-bench's tg does: the end of text does not stop the round
+    # (the bundled model answers the depth prompt in ~20 tokens: too few steps to time)
+    eos, rt.tokenizer.eos_ids = rt.tokenizer.eos_ids, ()
+    try:
+        for _ in dec.windows():
+            marks.append(time.perf_counter())
+    finally:
+        rt.tokenizer.eos_ids = eos
     synchronize(rt.device)
     rep = dec.report()
     steps = [b - a for a, b in zip(marks, marks[1:])]
@@ -198,13 +204,13 @@ def prefill_round(rt, ids: list[int], repeats: int = 5) -> dict:
     from engine.model.device import synchronize
     times = []
     ses = rt.session(len(ids) + 1)
-    for i in range(repeats + 1):
+    for i in range(repeats + 2):
         ses.truncate(0)
         synchronize(rt.device)
         t0 = time.perf_counter()
         ses.prefill(ids)
         synchronize(rt.device)
-        if i:                                   # the first is a warm-up
+        if i >= 2:        # warm-ups: the first runs eagerly, the second captures its graph
             times.append(time.perf_counter() - t0)
     ses.close()
     med = statistics.median(times)

@@ -83,3 +83,29 @@ def test_a_session_made_by_a_probe_serves_a_later_request(loaded_model, tokenize
     s.verify([ids[-1], 5, 6], tree.row_depths, tree.ancestor_mask())
     s.commit([0, 2])                    # a branch: moved down into the prefix, in place
     assert s.length == len(ids) + 1
+
+
+def test_bucketed_prefill_equals_eager(runtimes, tokenizer) -> None:
+    """A prefill chunk padded up to its graph bucket (the second chunk of a shape; the first
+    of each runs eagerly) writes the same committed keys as the eager prefill, and the next
+    pass sees the same context: padding rows come after every real row, and their keys land
+    past the committed length, where the next tokens overwrite them."""
+    eager, bucketed = runtimes
+    ids = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n")
+    R = len(ids) - 1
+    assert R not in (16, 32) and R < 32
+    outs, kvs = [], []
+    for rt in (eager, bucketed):
+        ses = rt.session(len(ids) + 40)
+        ses.prefill(ids[:-1])                   # bucketed: eager, the shape's first chunk
+        if rt is bucketed:
+            assert (32, 32) in ses._prefill_seen
+            ses.truncate(0)
+            ses.prefill(ids[:-1])               # its second: the 32-row bucket
+            assert (32, 32) in ses._prefills and ses.length == R
+        kvs.append(ses.cache.kv[:, :, :, :R].clone())
+        outs.append(ses.verify([ids[-1]], *chain(1)))
+        ses.close()
+    torch.testing.assert_close(kvs[0], kvs[1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[0].logits, outs[1].logits, atol=1e-4, rtol=1e-4)
+    assert torch.equal(outs[0].top_ids, outs[1].top_ids)
