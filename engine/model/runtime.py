@@ -51,8 +51,10 @@ PREFILL_CHUNK = 512
 # prefill chunks are padded up to one of these row counts and replayed from a graph (CUDA),
 # keys over the first S slots, S a power of two >= the chunk's end: a prompt's launches cost
 # one replay instead of ~20 Python launches a layer (the bundled model's 512-token prefill was
-# host-bound, 2.6x slower than llama.cpp's pp512)
-PREFILL_BUCKETS = (16, 32, 64, 128, 256, PREFILL_CHUNK)
+# host-bound, 2.6x slower than llama.cpp's pp512). Below DENSE_PREFILL_ROWS (32) a chunk pads
+# to 31 at most: padding must not switch a short chunk to the dequantize-then-GEMM route
+# (on the 8B-like model 20 rows padded to 32 ran 36 ms there against 24 ms packed)
+PREFILL_BUCKETS = (16, 31, 64, 128, 256, PREFILL_CHUNK)
 TOPK = 5
 
 
