@@ -54,6 +54,9 @@ SHAPES = {
     # a few hundred MB, for CPU tests of the streaming loader
     "small": Shape("llama", 1024, 8, 16, 4, 64, 4096, 49152, 4096),
     "tiny": Shape("llama", 256, 2, 4, 2, 64, 512, 49152, 2048, tied=True),
+    # the bundled SmolLM2-135M's transformer (random weights): its kernels' shapes on a device
+    # the bundled file is not carried to
+    "smollm2-135m": Shape("llama", 576, 30, 9, 3, 64, 1536, 49152, 8192, tied=True),
 }
 
 # (offset of each float16 field in a block, typical magnitude) for sane random blocks

@@ -62,30 +62,33 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
         acc = tl.zeros([GP, D], tl.float32)
         kbase = k_ptr + h * skh
         vbase = v_ptr + h * skh
-        for b in range(SB):           # blocks past the row's end are skipped
-            if start + b * BN < length:
-                offs = start + b * BN + tl.arange(0, BN)
-                valid = offs < length
-                rel = offs - n
-                a = tl.load(anc_ptr + r * sar + rel, mask=valid & (rel >= 0), other=0)
-                slot = tl.where(rel < 0, offs, n + a)
-                kk = tl.load(kbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
-                if IEEE:
-                    sc = dot_f32(q, tl.trans(kk), None, IEEE)
-                else:
-                    sc = tl.dot(q, tl.trans(kk))
-                sc = tl.where(valid[None, :], sc * scale, float("-inf"))       # [GP, BN]
-                m_new = tl.maximum(m_i, tl.max(sc, 1))
-                alpha = tl.exp(m_i - m_new)
-                p = tl.exp(sc - m_new[:, None])
-                l_i = l_i * alpha + tl.sum(p, 1)
-                vv = tl.load(vbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
-                if IEEE:
-                    pv = dot_f32(p, vv, None, IEEE)
-                else:
-                    pv = tl.dot(p.to(vv.dtype), vv)
-                acc = acc * alpha[:, None] + pv
-                m_i = m_new
+        # unrolled and branch-free, keys and values loaded together, so the loads of every
+        # block can be issued before the first block's arithmetic. A block past the row's end
+        # (all masked: scores -inf, p = 0, alpha = exp(0) = 1) leaves m, l and acc as they are,
+        # bit for bit, as skipping it would; the split's first block always holds a position.
+        for b in tl.static_range(SB):
+            offs = start + b * BN + tl.arange(0, BN)
+            valid = offs < length
+            rel = offs - n
+            a = tl.load(anc_ptr + r * sar + rel, mask=valid & (rel >= 0), other=0)
+            slot = tl.where(rel < 0, offs, n + a)
+            kk = tl.load(kbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
+            vv = tl.load(vbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
+            if IEEE:
+                sc = dot_f32(q, tl.trans(kk), None, IEEE)
+            else:
+                sc = tl.dot(q, tl.trans(kk))
+            sc = tl.where(valid[None, :], sc * scale, float("-inf"))           # [GP, BN]
+            m_new = tl.maximum(m_i, tl.max(sc, 1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(sc - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if IEEE:
+                pv = dot_f32(p, vv, None, IEEE)
+            else:
+                pv = tl.dot(p.to(vv.dtype), vv)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
         rh = r * tl.num_programs(1) + h
         w = rh * NS + s
         tl.store(m_ptr + w * GP + g, m_i)
