@@ -25,7 +25,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -78,6 +78,21 @@ def chain(n: int) -> tuple[list[int], torch.Tensor]:
     return list(range(n)), torch.ones(n, n, dtype=torch.bool).tril()
 
 
+def _capture(run: Callable, dev: torch.device, pool) -> tuple["torch.cuda.CUDAGraph", Any]:
+    """(graph, what run returned while captured): two warm-up runs on a side stream (kernels
+    compiled, allocator settled), then the capture into `pool`."""
+    s = torch.cuda.Stream(dev)
+    s.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream(dev).wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = run()
+    return graph, out
+
+
 class _GraphBucket:
     """One captured verify pass of `rows` rows over one session's cache, at its capacity.
 
@@ -122,15 +137,7 @@ class _GraphBucket:
         self.graph = None
         if dev.type != "cuda":      # CPU: the same bucket logic, run eagerly (tests use this)
             return
-        s = torch.cuda.Stream(dev)
-        s.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                run()
-        torch.cuda.current_stream(dev).wait_stream(s)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=rt._pool):
-            self.logits, self.top_values, self.top_ids = run()
+        self.graph, (self.logits, self.top_values, self.top_ids) = _capture(run, dev, rt._pool)
 
     def replay(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
                n: int) -> None:
@@ -177,17 +184,8 @@ class _PrefillBucket:
 
         self.run = run
         self.graph = None
-        if dev.type != "cuda":
-            return
-        s = torch.cuda.Stream(dev)
-        s.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                run()
-        torch.cuda.current_stream(dev).wait_stream(s)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=rt._prefill_pool):
-            run()
+        if dev.type == "cuda":
+            self.graph, _ = _capture(run, dev, rt._prefill_pool)
 
     def replay(self, chunk: Sequence[int], n: int) -> None:
         h = self.host

@@ -21,6 +21,33 @@ MAX_ROWS = 64          # rows per launch (4 slices of 16); larger M is done in c
 
 
 @triton.jit
+def _int8_affine(s, IEEE: tl.constexpr):
+    """(a, b, mg) for int8 quants of scale s: value = s * q = fma(f, a, b), f from
+    ``_int8_fields``. IEEE: f = q exactly; else f = 1 + (q + 128) / 2048 under 1.0's exponent,
+    mg = 1.0 with the 0x80 bit at bit 19 (q = (byte ^ 0x80) - 128)."""
+    if IEEE:
+        return s, s * 0.0, _opaque(s, 0x4B000080)
+    else:
+        return s * 2048.0, s * -2176.0, _opaque(s, 0x3F880000)
+
+
+@triton.jit
+def _int8_fields(w, mg, IEEE: tl.constexpr):
+    """The four int8 quants of each int32 word of ``w`` as ``_int8_affine``'s f (one op each)."""
+    if IEEE:
+        f0 = ((w & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f1 = (((w >> 8) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f2 = (((w >> 16) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+        f3 = (((w >> 24) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
+    else:
+        f0 = (((w << 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f1 = (((w << 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f2 = (((w >> 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+        f3 = (((w >> 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
+    return f0, f1, f2, f3
+
+
+@triton.jit
 def _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32,
                NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
     """Q8_0, 256 values (8 blocks of 32) from kb: qs int8 [N, K], d f16 [N, K/32].
@@ -39,28 +66,10 @@ def _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32
     else:
         w = tl.load(wp, mask=(kb + 32 * blk < K)[None, :, None, :], other=0)
         d = tl.load(dp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
-    # value = d * q, q = (byte ^ 0x80) - 128
-    if IEEE:
-        a = d
-        b = d * 0.0
-        mg = _opaque(a, 0x4B000080)
-    else:
-        a = d * 2048.0                                  # f = 1 + (q + 128) / 2048
-        b = d * -2176.0
-        mg = _opaque(a, 0x3F880000)                     # 1.0 with the 0x80 bit at bit 19
+    a, b, mg = _int8_affine(d, IEEE)
+    f0, f1, f2, f3 = _int8_fields(w, mg[:, :, None, :], IEEE)
     a = a[:, :, None, :]
     b = b[:, :, None, :]
-    mg = mg[:, :, None, :]
-    if IEEE:
-        f0 = ((w & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
-        f1 = (((w >> 8) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
-        f2 = (((w >> 16) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
-        f3 = (((w >> 24) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
-    else:
-        f0 = (((w << 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
-        f1 = (((w << 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
-        f2 = (((w >> 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
-        f3 = (((w >> 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
     v0 = tl.reshape(tl.fma(f0, a, b), [BN, 16, 4])
     v1 = tl.reshape(tl.fma(f1, a, b), [BN, 16, 4])
     v2 = tl.reshape(tl.fma(f2, a, b), [BN, 16, 4])
@@ -88,28 +97,10 @@ def _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm, K4
     w = tl.load(pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None, None] * K4 + woff[None])
     d = tl.load(pd + rn * K256 + kb // 256).to(tl.float32)
     sc = tl.load(psc + rn[:, None, None, None] * K16 + kb // 16 + grp[None]).to(tl.float32)
-    s = d[:, None, None, None] * sc                     # exact: the Q6_K scale (d * sc)
-    if IEEE:
-        a = s
-        b = s * 0.0
-        mg = _opaque(a, 0x4B000080)
-    else:
-        a = s * 2048.0                                  # f = 1 + (q + 128) / 2048
-        b = s * -2176.0
-        mg = _opaque(a, 0x3F880000)
+    a, b, mg = _int8_affine(d[:, None, None, None] * sc, IEEE)   # exact: the Q6_K scale d * sc
+    f0, f1, f2, f3 = _int8_fields(w, mg[:, :, :, None, :], IEEE)
     a = a[:, :, :, None, :]
     b = b[:, :, :, None, :]
-    mg = mg[:, :, :, None, :]
-    if IEEE:
-        f0 = ((w & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
-        f1 = (((w >> 8) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
-        f2 = (((w >> 16) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
-        f3 = (((w >> 24) & 0xFF) ^ mg).to(tl.float32, bitcast=True) - (_TWO23 + 128.0)
-    else:
-        f0 = (((w << 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
-        f1 = (((w << 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
-        f2 = (((w >> 4) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
-        f3 = (((w >> 12) & 0xFF000) ^ mg).to(tl.float32, bitcast=True)
     v0 = tl.reshape(tl.fma(f0, a, b), [BN, 16, 4])
     v1 = tl.reshape(tl.fma(f1, a, b), [BN, 16, 4])
     v2 = tl.reshape(tl.fma(f2, a, b), [BN, 16, 4])
