@@ -37,10 +37,11 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     loaded = load_model(a.model)
     cfgs = {"dequantized": Runtime(loaded, "cpu", "float32", weights="dequantized"),
-            "packed": Runtime(loaded, "cpu", "float32", weights="packed")}
-    f32head = cfgs["packed-f32head"] = Runtime(loaded, "cpu", "float32", weights="packed")
+            # "auto": the fast int4 kernels (an explicit float32 means the exact ones since 5b71de0)
+            "packed": Runtime(loaded, "cpu", "auto", weights="packed")}
+    f32head = cfgs["packed-f32head"] = Runtime(loaded, "cpu", "auto", weights="packed")
     f32head.model.lm_head.parts = [f32head.model.embed]
-    sdpa = cfgs["packed-sdpa"] = Runtime(loaded, "cpu", "float32", weights="packed")
+    sdpa = cfgs["packed-sdpa"] = Runtime(loaded, "cpu", "auto", weights="packed")
     sdpa.model.row_invariant = False
     if a.exact:
         cfgs["packed-exact"] = Runtime(loaded, "cpu", "float32", weights="packed", cpu_kernels="exact")

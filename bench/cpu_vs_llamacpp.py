@@ -88,7 +88,14 @@ def main() -> int:
     spec, bench = bindir / "llama-speculative-simple", bindir / "llama-bench"
     loaded = load_model(a.model)
     model = str(loaded.source)
-    rt = Runtime(loaded, "cpu", "float32", weights="packed")
+    # dtype "auto", as `specscope generate` runs by default: the fast int4 kernels with
+    # bfloat16 activations (an explicit float32 takes the exact kernels since 5b71de0, ~6x
+    # slower here; a run of 12-03 measured that by mistake before this line was fixed)
+    rt = Runtime(loaded, "cpu", "auto", weights="packed")
+    if "cpu_fast" not in {k for L in rt.model.layers for v in L.values() if hasattr(v, "kernels")
+                          for k in v.kernels}:
+        print(f"!! the fast CPU kernels are not in use ({rt.weights_label}): the AR and lookup "
+              "rows measure the exact kernels", file=sys.stderr, flush=True)
     prompts = load_workload("code-edit", 1, a.prompts)
     tok = loaded.tokenizer
     texts = {p.id: tok.render_chat(list(p.messages), add_generation_prompt=True) for p in prompts}
