@@ -24,10 +24,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.weights import (CPU_FAST_TYPES, CpuFastWeight, PackedWeight, cpu_fast_linear,
-                            invariant_dense, packed_linear, prepare_cpu)
+from engine.weights import (CPU_FAST_TYPES, CpuFastWeight, CpuInt8Blocks, PackedWeight,
+                            cpu_fast_linear, cpu_int8_blocks_linear, invariant_dense,
+                            packed_linear, prepare_cpu, row_blocks_linear)
 
-Weight = torch.Tensor | PackedWeight | CpuFastWeight
+Weight = torch.Tensor | PackedWeight | CpuFastWeight | CpuInt8Blocks
 CPU_KERNELS = ("fast", "exact")
 
 
@@ -73,16 +74,22 @@ def part_tensors(w: Weight) -> list[torch.Tensor]:
         return list(w.planes.values())
     if isinstance(w, CpuFastWeight):
         return [w.int4, w.scales_zeros]
+    if isinstance(w, CpuInt8Blocks):
+        return w.tensors
     return [w]
 
 
 def _apply(x: torch.Tensor, w: Weight, invariant: bool = False) -> torch.Tensor:
     if isinstance(w, CpuFastWeight):
         return cpu_fast_linear(x, w)
+    if isinstance(w, CpuInt8Blocks):
+        return cpu_int8_blocks_linear(x, w)
     if isinstance(w, PackedWeight):
         return packed_linear(x, w)                 # row-invariant on every device
     xw = x if w.dtype == x.dtype else x.to(w.dtype)
     y = invariant_dense(xw, w) if invariant else None
+    if y is None and invariant and not x.is_cuda and xw.dim() == 2:
+        y = row_blocks_linear(xw, w)             # a CPU BLAS matmul is not row-invariant
     if y is None:
         y = F.linear(xw, w)
     return y.to(x.dtype)
@@ -104,16 +111,17 @@ class Linear:
 
     @property
     def packed(self) -> bool:
-        return any(isinstance(p, (PackedWeight, CpuFastWeight)) for p in self.parts)
+        return any(isinstance(p, (PackedWeight, CpuFastWeight, CpuInt8Blocks)) for p in self.parts)
 
     @property
     def packed_types(self) -> set[str]:
-        return {p.qtype for p in self.parts if isinstance(p, (PackedWeight, CpuFastWeight))}
+        return {p.qtype for p in self.parts
+                if isinstance(p, (PackedWeight, CpuFastWeight, CpuInt8Blocks))}
 
     @property
     def kernels(self) -> set[str]:
         """Which kernels the parts run on: dense, packed (exact), cpu_fast."""
-        return {"cpu_fast" if isinstance(p, CpuFastWeight) else
+        return {"cpu_fast" if isinstance(p, (CpuFastWeight, CpuInt8Blocks)) else
                 "packed" if isinstance(p, PackedWeight) else "dense" for p in self.parts}
 
     def tensors(self) -> list[torch.Tensor]:
@@ -136,7 +144,7 @@ class Linear:
         """`invariant`: each row's result must not depend on the row count (a verify pass): dense
         parts then go to the row-invariant GPU kernel where there is one (engine.weights)."""
         w = self.dense_weight
-        if w is not None and w.dtype == x.dtype and not (invariant and x.is_cuda):
+        if w is not None and w.dtype == x.dtype and not invariant:
             if residual is not None and self.bias is None:
                 return torch.addmm(residual, x, w.t())            # residual + x @ w^T, one kernel
             y = F.linear(x, w, self.bias)

@@ -18,10 +18,15 @@ from engine.model.attention import WindowLayout, bind_layout_attention, gqa_bias
 from engine.model.cache import KVCache
 from engine.model.linear import CPU_KERNELS, Linear, cpu_fast_available
 from engine.model.source import TensorSource
-from engine.weights import CPU_FAST_TYPES, PackedWeight, dequantize_packed, widen_q6_k
+from engine.weights import (CPU_FAST_TYPES, CpuInt8Blocks, PackedWeight, dequantize_packed,
+                            prepare_cpu_q8, widen_q6_k)
 from engine.model.config import ModelConfig
 from engine.model.fused_layer import fused_forward_for
 from engine.model.rope import rope_tables
+
+
+def _qname(qtype) -> str:
+    return getattr(qtype, "name", str(qtype)).upper().split(".")[-1]
 
 
 def _verify_attention(device: torch.device, cpu_fast: bool) -> Callable | None:
@@ -116,7 +121,12 @@ class Transformer:
             layer["gate_up"] = Linear([lin(p + "gate"), lin(p + "up")], cpu_kernels=kern)
             layer["down"] = Linear([lin(p + "down")], cpu_kernels=kern)
             self.layers.append(layer)
-        self.lm_head = Linear([self._fast_head(head) if self.cpu_fast else head], cpu_kernels=kern)
+        if self.cpu_fast:
+            src = weights["embed" if cfg.tie_embeddings else "lm_head"]
+            q8 = (head if isinstance(head, PackedWeight) else
+                  src.packed(self.device) if src.packable and _qname(src.qtype) == "Q8_0" else None)
+            head = self._fast_head(head, q8)
+        self.lm_head = Linear([head], cpu_kernels=kern)
         # Verify passes attend through layout-invariant attention (engine.model.attention) where
         # the rest of the model is row-invariant too, so a window row equals the one-row decode
         # step bit for bit: on a GPU with Triton (every linear kernel there is row-invariant),
@@ -135,12 +145,17 @@ class Transformer:
         return any("cpu_fast" in v.kernels for L in self.layers for v in L.values()
                    if isinstance(v, Linear))
 
-    def _fast_head(self, head: torch.Tensor | PackedWeight) -> torch.Tensor | PackedWeight:
-        """The LM head of a CPU-fast model: its rows are read once per pass (113 MB as float32
-        for the bundled model's vocabulary, more than its 4-bit layers); a bfloat16 copy halves
-        that, at the precision the int4 layers already have. The embedding lookup keeps `embed`.
-        A 4-bit head goes to the int4 kernels; another packed type is dequantized to bfloat16
-        (the exact path would dequantize the whole vocabulary on every call)."""
+    def _fast_head(self, head: torch.Tensor | PackedWeight, packed: PackedWeight | None
+                   ) -> torch.Tensor | PackedWeight | CpuInt8Blocks:
+        """The LM head of a CPU-fast model (`packed`: the file's head, or the tied embedding,
+        packed, where its type packs): its rows are read once per pass (113 MB as float32 for
+        the bundled model's vocabulary, more than its 4-bit layers). A 4-bit head goes to the
+        int4 kernels; a Q8_0 one to int8 blocks (engine.weights.cpu_fast.CpuInt8Blocks: 28 MB,
+        row-invariant on any CPU); anything else to a bfloat16 copy (half the float32 bytes, at
+        the precision the int4 layers already have), multiplied in fixed 8-row blocks in a verify
+        pass (Linear). The embedding lookup keeps `embed`."""
+        if packed is not None and packed.qtype == "Q8_0":
+            return prepare_cpu_q8(packed)
         if isinstance(head, PackedWeight):
             if head.qtype in CPU_FAST_TYPES:
                 return head

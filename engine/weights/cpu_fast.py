@@ -30,11 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .dequant import nibbles
 from .packed import PackedWeight
 
-__all__ = ["CPU_FAST_TYPES", "CpuFastWeight", "prepare_cpu", "cpu_fast_linear"]
+__all__ = ["CPU_FAST_TYPES", "CpuFastWeight", "prepare_cpu", "cpu_fast_linear",
+           "CpuInt8Blocks", "prepare_cpu_q8", "cpu_int8_blocks_linear", "row_blocks_linear"]
 
 CPU_FAST_TYPES = ("Q4_0", "Q4_1", "Q4_K")
 GROUP = 32
@@ -123,3 +125,73 @@ def cpu_fast_linear(x: torch.Tensor, cw: CpuFastWeight, out_dtype: torch.dtype |
         y = y[:, :n]
     y = y.to(out_dtype or x.dtype)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Q8_0 (an LM head tied to a Q8_0 embedding) and other dense weights of a fast-path verify pass
+
+
+@dataclass(frozen=True, eq=False)
+class CpuInt8Blocks:
+    """A Q8_0 [N, K] weight as K/32 int8 column blocks [N, 32] with each row's block scale, for
+    torch's int8 weight-only matmul (``_weight_int8pack_mm``, one call a block).
+
+    Why: the fast path's LM head was a bfloat16 ``F.linear``, and on a CPU without AVX512-BF16
+    (an Intel Xeon of 2026-12-03) torch's bfloat16 matmul is not row-invariant (a 2-row window's
+    logits differed from one-row passes by 0.06), which broke lossless speculation there. Each
+    block's product is computed per row (every output one chain over its 32 values, whatever
+    M; checked on that CPU) and the blocks are added in block order in float32, so a row's
+    logits do not depend on the window around it. The int8 values are Q8_0's own quants (read
+    28 MB, not 57 MB of bfloat16); the f16 block scales are rounded to bfloat16, the kernel's
+    scale type, the same precision as the bfloat16 copy it replaces."""
+
+    qtype: str
+    shape: tuple[int, int]
+    q: tuple[torch.Tensor, ...]        # int8 [N, 32] each, K/32 of them
+    d: tuple[torch.Tensor, ...]        # bfloat16 [N] each
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.q + self.d)
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        return list(self.q + self.d)
+
+
+def prepare_cpu_q8(w: PackedWeight) -> CpuInt8Blocks:
+    """A Q8_0 PackedWeight (on the CPU) -> CpuInt8Blocks."""
+    if w.qtype != "Q8_0":
+        raise ValueError(f"prepare_cpu_q8: {w.qtype} is not Q8_0")
+    n, k = w.shape
+    qs, d = w.planes["qs"].view(torch.int8), w.planes["d"]
+    q = tuple(qs[:, b * GROUP:(b + 1) * GROUP].contiguous() for b in range(k // GROUP))
+    s = tuple(d[:, b].to(torch.bfloat16).contiguous() for b in range(k // GROUP))
+    return CpuInt8Blocks("Q8_0", (n, k), q, s)
+
+
+def cpu_int8_blocks_linear(x: torch.Tensor, cw: CpuInt8Blocks) -> torch.Tensor:
+    """x [..., K] -> [..., N] (x.dtype): the sum over blocks, in order, of each block's int8
+    product on bfloat16 activations (see CpuInt8Blocks)."""
+    n, k = cw.shape
+    x2 = x.reshape(-1, k).to(torch.bfloat16)
+    acc = None
+    for b, (q, d) in enumerate(zip(cw.q, cw.d)):
+        y = torch.ops.aten._weight_int8pack_mm(x2[:, b * GROUP:(b + 1) * GROUP].contiguous(), q, d)
+        acc = y.float() if acc is None else acc.add_(y.float())
+    return acc.to(x.dtype).reshape(*x.shape[:-1], n)
+
+
+ROWS = 8   # rows per dense product in row_blocks_linear
+
+
+def row_blocks_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x @ w.T with each row's result independent of the row count, for a dense weight on the
+    CPU: x zero-padded to a multiple of ROWS rows and multiplied ROWS rows at a time (one fixed
+    BLAS shape; a row's bits then do not depend on where in the block it sits: checked on the
+    AMD EPYC and the Intel Xeon these ran on). A 1-row call costs a ROWS-row product."""
+    m, k = x.shape
+    n_pad = -(-m // ROWS) * ROWS
+    xp = torch.zeros((n_pad, k), dtype=x.dtype)
+    xp[:m] = x
+    return torch.cat([F.linear(xp[i:i + ROWS], w) for i in range(0, n_pad, ROWS)])[:m]

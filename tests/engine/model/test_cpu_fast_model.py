@@ -21,7 +21,7 @@ from engine.model.linear import cpu_fast_available
 from engine.model.runtime import Runtime, chain, cpu_fast_fits
 from engine.speculation.decoder import Decoder
 from engine.speculation.settings import DecodeSettings
-from engine.weights import CpuFastWeight, PackedWeight
+from engine.weights import CpuFastWeight, CpuInt8Blocks, PackedWeight
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -44,7 +44,8 @@ def test_fast_runtime_layout(fast_runtime, loaded_model):
         for k in ("qkv", "o", "gate_up", "down"):
             assert L[k].kernels == {"cpu_fast"}, k
     assert isinstance(m.layers[0]["qkv"].parts[0], CpuFastWeight)
-    assert m.lm_head.parts[0].dtype == torch.bfloat16         # the tied Q8_0 head, halved
+    assert isinstance(m.lm_head.parts[0], CpuInt8Blocks)      # the tied Q8_0 head: int8 blocks
+    assert m.lm_head.kernels == {"cpu_fast"} and m.lm_head.nbytes < 49152 * 576 * 1.1
     assert m.embed.dtype == torch.float32                      # the lookup stays exact
     assert fast_runtime.weights_label.startswith("Q4_1 packed")
     exact = Runtime(loaded_model, "cpu", "float32", weights="packed", cpu_kernels="exact")
