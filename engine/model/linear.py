@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from engine.weights import (CPU_FAST_TYPES, CpuFastWeight, CpuInt8Blocks, PackedWeight,
                             cpu_fast_linear, cpu_int8_blocks_linear, invariant_dense,
-                            packed_linear, prepare_cpu, row_blocks_linear)
+                            packed_linear, prepare_cpu)
 
 Weight = torch.Tensor | PackedWeight | CpuFastWeight | CpuInt8Blocks
 CPU_KERNELS = ("fast", "exact")
@@ -88,8 +88,6 @@ def _apply(x: torch.Tensor, w: Weight, invariant: bool = False) -> torch.Tensor:
         return packed_linear(x, w)                 # row-invariant on every device
     xw = x if w.dtype == x.dtype else x.to(w.dtype)
     y = invariant_dense(xw, w) if invariant else None
-    if y is None and invariant and not x.is_cuda and xw.dim() == 2:
-        y = row_blocks_linear(xw, w)             # a CPU BLAS matmul is not row-invariant
     if y is None:
         y = F.linear(xw, w)
     return y.to(x.dtype)

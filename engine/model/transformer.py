@@ -19,14 +19,10 @@ from engine.model.cache import KVCache
 from engine.model.linear import CPU_KERNELS, Linear, cpu_fast_available
 from engine.model.source import TensorSource
 from engine.weights import (CPU_FAST_TYPES, CpuInt8Blocks, PackedWeight, dequantize_packed,
-                            prepare_cpu_q8, widen_q6_k)
+                            prepare_cpu_q8, qtype_of, widen_q6_k)
 from engine.model.config import ModelConfig
 from engine.model.fused_layer import fused_forward_for
 from engine.model.rope import rope_tables
-
-
-def _qname(qtype) -> str:
-    return getattr(qtype, "name", str(qtype)).upper().split(".")[-1]
 
 
 def _verify_attention(device: torch.device, cpu_fast: bool) -> Callable | None:
@@ -124,7 +120,7 @@ class Transformer:
         if self.cpu_fast:
             src = weights["embed" if cfg.tie_embeddings else "lm_head"]
             q8 = (head if isinstance(head, PackedWeight) else
-                  src.packed(self.device) if src.packable and _qname(src.qtype) == "Q8_0" else None)
+                  src.packed(self.device) if src.packable and qtype_of(src.qtype).name == "Q8_0" else None)
             head = self._fast_head(head, q8)
         self.lm_head = Linear([head], cpu_kernels=kern)
         # Verify passes attend through layout-invariant attention (engine.model.attention) where
@@ -153,7 +149,7 @@ class Transformer:
         int4 kernels; a Q8_0 one to int8 blocks (engine.weights.cpu_fast.CpuInt8Blocks: 28 MB,
         row-invariant on any CPU); anything else to a bfloat16 copy (half the float32 bytes, at
         the precision the int4 layers already have), multiplied in fixed 8-row blocks in a verify
-        pass (Linear). The embedding lookup keeps `embed`."""
+        pass (engine.weights.invariant_dense). The embedding lookup keeps `embed`."""
         if packed is not None and packed.qtype == "Q8_0":
             return prepare_cpu_q8(packed)
         if isinstance(head, PackedWeight):

@@ -30,13 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from .dequant import nibbles
 from .packed import PackedWeight
 
 __all__ = ["CPU_FAST_TYPES", "CpuFastWeight", "prepare_cpu", "cpu_fast_linear",
-           "CpuInt8Blocks", "prepare_cpu_q8", "cpu_int8_blocks_linear", "row_blocks_linear"]
+           "CpuInt8Blocks", "prepare_cpu_q8", "cpu_int8_blocks_linear"]
 
 CPU_FAST_TYPES = ("Q4_0", "Q4_1", "Q4_K")
 GROUP = 32
@@ -181,17 +180,3 @@ def cpu_int8_blocks_linear(x: torch.Tensor, cw: CpuInt8Blocks) -> torch.Tensor:
         acc = y.float() if acc is None else acc.add_(y.float())
     return acc.to(x.dtype).reshape(*x.shape[:-1], n)
 
-
-ROWS = 8   # rows per dense product in row_blocks_linear
-
-
-def row_blocks_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x @ w.T with each row's result independent of the row count, for a dense weight on the
-    CPU: x zero-padded to a multiple of ROWS rows and multiplied ROWS rows at a time (one fixed
-    BLAS shape; a row's bits then do not depend on where in the block it sits: checked on the
-    AMD EPYC and the Intel Xeon these ran on). A 1-row call costs a ROWS-row product."""
-    m, k = x.shape
-    n_pad = -(-m // ROWS) * ROWS
-    xp = torch.zeros((n_pad, k), dtype=x.dtype)
-    xp[:m] = x
-    return torch.cat([F.linear(xp[i:i + ROWS], w) for i in range(0, n_pad, ROWS)])[:m]

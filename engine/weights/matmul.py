@@ -75,11 +75,21 @@ def blas_row_invariant(w: torch.Tensor) -> bool | None:
 
 
 def invariant_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
-    """x @ w.T with each row's result independent of the row count, on a GPU: the vendor BLAS
+    """x @ w.T with each row's result independent of the row count. On a GPU: the vendor BLAS
     where it is row-invariant for this shape (checked, `blas_row_invariant`), else the Triton
-    kernel (engine.weights.triton_dense). None on a CPU or without Triton: the caller then uses
-    F.linear."""
-    mod = _lazy("triton_dense") if x.is_cuda else None
+    kernel (engine.weights.triton_dense); None without Triton (the caller then uses F.linear).
+    On the CPU: ``ROW_BLOCK``-row products of x zero-padded (one fixed BLAS shape, as
+    ``packed_linear_torch`` does; a 1-row call costs a ROW_BLOCK-row product). A bfloat16 BLAS
+    matmul on a CPU without AVX512-BF16 depends on the row count otherwise (an Intel Xeon,
+    2026-12-03)."""
+    if not x.is_cuda:
+        x2 = x.reshape(-1, w.shape[1])
+        m = x2.shape[0]
+        xp = torch.zeros((-(-m // ROW_BLOCK) * ROW_BLOCK, x2.shape[1]), dtype=x.dtype)
+        xp[:m] = x2
+        y = torch.cat([F.linear(xp[i:i + ROW_BLOCK], w) for i in range(0, xp.shape[0], ROW_BLOCK)])
+        return y[:m].reshape(*x.shape[:-1], w.shape[0])
+    mod = _lazy("triton_dense")
     if mod is None:
         return None
     if blas_row_invariant(w):

@@ -88,11 +88,11 @@ def test_q8_0_int8_blocks_match_and_are_row_invariant():
 def test_dense_row_blocks_are_row_invariant():
     """A dense bfloat16 weight in a fast-path verify pass (a head of another type): 8-row
     blocks, so a row's bits do not depend on the row count or its place in the block."""
-    from engine.weights.cpu_fast import row_blocks_linear
+    from engine.weights import invariant_dense
     g = torch.Generator().manual_seed(9)
     w = torch.randn(4096, 576, generator=g).to(torch.bfloat16)
     x = torch.randn(33, 576, generator=g).to(torch.bfloat16)
-    single = torch.cat([row_blocks_linear(x[r:r + 1], w) for r in range(33)])
+    single = torch.cat([invariant_dense(x[r:r + 1], w) for r in range(33)])
     for m in (2, 3, 7, 8, 9, 17, 33):
-        assert torch.equal(row_blocks_linear(x[:m], w), single[:m]), f"M={m}"
+        assert torch.equal(invariant_dense(x[:m], w), single[:m]), f"M={m}"
     assert rel_err(single.float(), x.float() @ w.float().T) < TOL
