@@ -308,8 +308,11 @@ def test_triton_missing_falls_back(monkeypatch):
     monkeypatch.setitem(sys.modules, "engine.weights.triton_dense", None)
     assert mm._triton_kernels() is None
     assert mm._triton_mods["triton_kernels"] is False
-    x = torch.randn(3, 8, device="cpu")
-    assert mm.invariant_dense(x, torch.randn(5, 8)) is None       # CPU: the caller's F.linear
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(3, 8, generator=g), torch.randn(5, 8, generator=g)
+    y = mm.invariant_dense(x, w)          # CPU: fixed-shape blocks of ROW_BLOCK rows, no Triton needed
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, w))
+    assert torch.equal(y[1:2], mm.invariant_dense(x[1:2], w))     # a row's result ignores the others
 
 
 def test_dequantized_size():
