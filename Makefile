@@ -7,6 +7,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 ARGS   ?=
+JOBS   ?= 2
 
 .PHONY: run test test-slow bench clean
 
@@ -27,7 +28,7 @@ run: $(VENV)/.base
 
 test: $(VENV)/.test
 	$(VENV)/bin/lint-imports
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q $(ARGS)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -n $(JOBS) --dist loadfile $(ARGS)
 
 test-slow: $(VENV)/.test
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m slow $(ARGS)
