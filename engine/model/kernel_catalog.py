@@ -263,7 +263,7 @@ def _dense_smoke(device: torch.device) -> Smoke:
 
 
 def _graph_layout(rows: int, device="meta"):
-    """The WindowLayout of a graph bucket, laid out as runtime._GraphBucket lays it out (one
+    """The WindowLayout of a graph bucket, laid out as graphs.GraphBucket lays it out (one
     packed long tensor: tokens, depths, n, the ancestor table), so pointer alignment matches."""
     from engine.model.attention import WindowLayout
     B = rows

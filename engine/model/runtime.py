@@ -10,7 +10,7 @@ On CPU the forward runs eagerly with attention over exactly the committed prefix
 window. On a GPU (CUDA or ROCm) each verify pass replays a captured graph: eager PyTorch spends
 ~13 ms a pass on kernel launches for the bundled model on an H200, a graph 1.4-2.5 ms. Graphs are
 captured once per row-count bucket at a fixed cache capacity; a window pads its rows up to the
-bucket (padded rows write scratch slots past the window and are ignored).
+bucket (padded rows write scratch slots past the window and are ignored): engine.model.graphs.
 
 Exactness: a verify pass runs layout-invariant attention and row-invariant linear kernels where
 the device has them (Triton on a GPU, the fast kernels on the CPU: Transformer.verify_attention),
@@ -25,7 +25,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -37,6 +37,7 @@ from engine.errors import ParameterError
 from engine.limits import MAX_ROWS
 from engine.model.linear import CPU_KERNELS, cpu_fast_available
 from engine.weights import CPU_FAST_TYPES
+from engine.model.graphs import TOPK, GraphBucket, PrefillBucket
 from engine.model.transformer import Transformer
 
 if TYPE_CHECKING:                   # the runtime is handed a loaded model; it never opens files
@@ -55,7 +56,6 @@ PREFILL_CHUNK = 512
 # to 31 at most: padding must not switch a short chunk to the dequantize-then-GEMM route
 # (on the 8B-like model 20 rows padded to 32 ran 36 ms there against 24 ms packed)
 PREFILL_BUCKETS = (16, 31, 64, 128, 256, PREFILL_CHUNK)
-TOPK = 5
 
 
 @dataclass
@@ -76,127 +76,6 @@ def chain(n: int) -> tuple[list[int], torch.Tensor]:
     child of row i - 1: what `Runtime.verify` takes for a probe pass or a reference forward.
     A draft tree's arrays come from the tree itself (engine.speculation.tree.TokenTree)."""
     return list(range(n)), torch.ones(n, n, dtype=torch.bool).tril()
-
-
-def _capture(run: Callable, dev: torch.device, pool) -> tuple["torch.cuda.CUDAGraph", Any]:
-    """(graph, what run returned while captured): two warm-up runs on a side stream (kernels
-    compiled, allocator settled), then the capture into `pool`."""
-    s = torch.cuda.Stream(dev)
-    s.wait_stream(torch.cuda.current_stream(dev))
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            run()
-    torch.cuda.current_stream(dev).wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        out = run()
-    return graph, out
-
-
-class _GraphBucket:
-    """One captured verify pass of `rows` rows over one session's cache, at its capacity.
-
-    Host -> device traffic per pass is one packed long tensor: tokens [B], depths [B], the
-    committed length n [1] and the window's ancestor table [B*B] (row r's ancestor at depth j,
-    engine.model.attention.ancestor_table). Positions, cache slots and, where the model attends
-    with a mask, the [B, C] mask are derived inside the graph.
-    """
-
-    def __init__(self, rt: "Runtime", cache: KVCache, rows: int, exit_layer: int | None = None):
-        C, dev, B = cache.capacity, rt.device, rows
-        self.rows = B
-        self.packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=dev)
-        # warm-up and capture runs write their keys at the very end of the cache, never over
-        # a committed prefix
-        self.packed[2 * B] = C - B
-        self.host = torch.zeros(2 * B + 1 + B * B, dtype=torch.long,
-                                pin_memory=dev.type == "cuda")
-        cols = torch.arange(C, device=dev)
-        ar = torch.arange(B, device=dev)
-
-        def run():
-            tokens = self.packed[:B]
-            depth = self.packed[B:2 * B]
-            n = self.packed[2 * B]
-            table = self.packed[2 * B + 1:].view(B, B)
-            mask = None
-            if rt.model.needs_mask:
-                # unused table entries are 0, the root, an ancestor of every row: scattering
-                # the whole table gives exactly the ancestor matrix
-                anc = torch.zeros(B, B, dtype=torch.bool, device=dev).scatter_(1, table, True)
-                rel = cols - n                                          # [C]
-                in_window = (rel >= 0) & (rel < B)
-                win = anc[:, rel.clamp(0, B - 1)] & in_window            # [B, C]
-                mask = (cols < n).unsqueeze(0) | win                     # [B, C]
-            logits = rt.forward_fn(tokens, n + depth, mask, cache, n + ar,
-                                   layout=WindowLayout(n, depth, table), exit_layer=exit_layer)
-            top = logits.topk(TOPK, dim=-1)
-            return logits, top.values.float(), top.indices
-
-        self.run = run
-        self.graph = None
-        if dev.type != "cuda":      # CPU: the same bucket logic, run eagerly (tests use this)
-            return
-        self.graph, (self.logits, self.top_values, self.top_ids) = _capture(run, dev, rt._pool)
-
-    def replay(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
-               n: int) -> None:
-        """Run the bucket on a window of R <= B rows at committed length n (ancestors [R, R])."""
-        B, R = self.rows, len(tokens)
-        h = self.host
-        h.zero_()
-        h[:R] = torch.tensor(tokens)
-        h[B:B + R] = torch.tensor(depths)
-        pad = torch.arange(1, B - R + 1)
-        h[B + R:2 * B] = pad                             # padded rows: positions past the window
-        h[2 * B] = n
-        a = h[2 * B + 1:].view(B, B)
-        a[:R, :R] = ancestor_table(depths, ancestors)
-        a[torch.arange(R, B), pad] = torch.arange(R, B)  # padded rows see the root and themselves
-        self.packed.copy_(h, non_blocking=True)
-        if self.graph is not None:
-            self.graph.replay()
-        else:
-            self.logits, self.top_values, self.top_ids = self.run()
-
-
-class _PrefillBucket:
-    """One captured prefill of `rows` rows (a chunk padded with token 0 up to it) attending over
-    the first `span` cache slots, on one session's cache. Host -> device: one long tensor,
-    tokens [B] and the committed length n. Row i sits at position n + i and sees slots
-    <= n + i; the padding rows come last, so no real row sees them, and their keys land in
-    slots [n + R, n + B) past the committed length, which later tokens overwrite."""
-
-    def __init__(self, rt: "Runtime", cache: KVCache, rows: int, span: int):
-        dev, B = rt.device, rows
-        self.rows, self.span = B, span
-        self.packed = torch.zeros(B + 1, dtype=torch.long, device=dev)
-        self.packed[B] = span - B           # warm-up and capture: the last B slots of the span
-        self.host = torch.zeros(B + 1, dtype=torch.long, pin_memory=dev.type == "cuda")
-        cols = torch.arange(span, device=dev)
-        ar = torch.arange(B, device=dev)
-
-        def run():
-            n = self.packed[B]
-            pos = n + ar
-            mask = cols.unsqueeze(0) <= pos.unsqueeze(1)                  # [B, span] causal
-            rt.model.forward(self.packed[:B], pos, mask, cache, pos, last_only=True)
-
-        self.run = run
-        self.graph = None
-        if dev.type == "cuda":
-            self.graph, _ = _capture(run, dev, rt._prefill_pool)
-
-    def replay(self, chunk: Sequence[int], n: int) -> None:
-        h = self.host
-        h.zero_()
-        h[:len(chunk)] = torch.tensor(chunk)
-        h[self.rows] = n
-        self.packed.copy_(h, non_blocking=True)
-        if self.graph is not None:
-            self.graph.replay()
-        else:
-            self.run()
 
 
 WEIGHT_MODES = ("auto", "packed", "dequantized")
@@ -348,8 +227,8 @@ class Session:
     def __init__(self, rt: Runtime, capacity: int) -> None:
         self.runtime = rt
         self.cache: KVCache = self._new_cache(capacity)
-        self._buckets: dict[tuple[int, int | None], _GraphBucket] = {}   # (rows, exit layer)
-        self._prefills: dict[tuple[int, int], _PrefillBucket] = {}        # (rows, span)
+        self._buckets: dict[tuple[int, int | None], GraphBucket] = {}   # (rows, exit layer)
+        self._prefills: dict[tuple[int, int], PrefillBucket] = {}        # (rows, span)
         self._prefill_seen: set[tuple[int, int]] = set()
         self.needed = 0            # what the current request asked for (reserve)
         self.spare = 0
@@ -522,7 +401,7 @@ class Session:
         top = logits.topk(TOPK, dim=-1)
         return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
 
-    def _prefill_bucket(self, R: int, n: int) -> _PrefillBucket | None:
+    def _prefill_bucket(self, R: int, n: int) -> PrefillBucket | None:
         """The graph for a prefill chunk of R rows at committed length n (captured on first use),
         or None where there is none: no graphs, or the padded chunk does not fit the cache.
         (On a CPU with graphs=True the same buckets run eagerly: what the tests check.)"""
@@ -540,16 +419,16 @@ class Session:
             if key not in self._prefill_seen:
                 self._prefill_seen.add(key)
                 return None
-            self._prefills[key] = _PrefillBucket(self.runtime, self.cache, B, span)
+            self._prefills[key] = PrefillBucket(self.runtime, self.cache, B, span)
         return self._prefills[key]
 
-    def _bucket(self, R: int, exit_layer: int | None = None) -> _GraphBucket:
+    def _bucket(self, R: int, exit_layer: int | None = None) -> GraphBucket:
         b = next((b for b in GRAPH_BUCKETS if b >= R), None)
         if b is None:
             raise ParameterError(f"a window of {R} rows is more than the largest graph bucket "
                                  f"({GRAPH_BUCKETS[-1]}): lower --depth or --width")
         if (b, exit_layer) not in self._buckets:
-            self._buckets[b, exit_layer] = _GraphBucket(self.runtime, self.cache, b, exit_layer)
+            self._buckets[b, exit_layer] = GraphBucket(self.runtime, self.cache, b, exit_layer)
         return self._buckets[b, exit_layer]
 
     def _verify_graph(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,

@@ -1,0 +1,142 @@
+"""Captured passes: a verify pass of a row-count bucket and a prefill chunk, each recorded once
+as a CUDA graph over one session's KV cache and replayed with one host -> device copy.
+
+On a GPU (CUDA or ROCm) eager PyTorch spends ~13 ms a pass on kernel launches for the bundled
+model on an H200, a replayed graph 1.4-2.5 ms. On the CPU a bucket runs the same code eagerly
+(the tests exercise it there). `engine.model.runtime.Session` owns the buckets.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+
+from engine.model.attention import WindowLayout, ancestor_table
+from engine.model.cache import KVCache
+
+if TYPE_CHECKING:
+    from engine.model.runtime import Runtime
+
+TOPK = 5    # the top-k (values, ids) of each row a pass returns on the fast path
+
+
+def capture(run: Callable, dev: torch.device, pool) -> tuple["torch.cuda.CUDAGraph", Any]:
+    """(graph, what run returned while captured): two warm-up runs on a side stream (kernels
+    compiled, allocator settled), then the capture into `pool`."""
+    s = torch.cuda.Stream(dev)
+    s.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream(dev).wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = run()
+    return graph, out
+
+
+class GraphBucket:
+    """One captured verify pass of `rows` rows over one session's cache, at its capacity.
+
+    Host -> device traffic per pass is one packed long tensor: tokens [B], depths [B], the
+    committed length n [1] and the window's ancestor table [B*B] (row r's ancestor at depth j,
+    engine.model.attention.ancestor_table). Positions, cache slots and, where the model attends
+    with a mask, the [B, C] mask are derived inside the graph.
+    """
+
+    def __init__(self, rt: "Runtime", cache: KVCache, rows: int, exit_layer: int | None = None):
+        C, dev, B = cache.capacity, rt.device, rows
+        self.rows = B
+        self.packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=dev)
+        # warm-up and capture runs write their keys at the very end of the cache, never over
+        # a committed prefix
+        self.packed[2 * B] = C - B
+        self.host = torch.zeros(2 * B + 1 + B * B, dtype=torch.long,
+                                pin_memory=dev.type == "cuda")
+        cols = torch.arange(C, device=dev)
+        ar = torch.arange(B, device=dev)
+
+        def run():
+            tokens = self.packed[:B]
+            depth = self.packed[B:2 * B]
+            n = self.packed[2 * B]
+            table = self.packed[2 * B + 1:].view(B, B)
+            mask = None
+            if rt.model.needs_mask:
+                # unused table entries are 0, the root, an ancestor of every row: scattering
+                # the whole table gives exactly the ancestor matrix
+                anc = torch.zeros(B, B, dtype=torch.bool, device=dev).scatter_(1, table, True)
+                rel = cols - n                                          # [C]
+                in_window = (rel >= 0) & (rel < B)
+                win = anc[:, rel.clamp(0, B - 1)] & in_window            # [B, C]
+                mask = (cols < n).unsqueeze(0) | win                     # [B, C]
+            logits = rt.forward_fn(tokens, n + depth, mask, cache, n + ar,
+                                   layout=WindowLayout(n, depth, table), exit_layer=exit_layer)
+            top = logits.topk(TOPK, dim=-1)
+            return logits, top.values.float(), top.indices
+
+        self.run = run
+        self.graph = None
+        if dev.type != "cuda":      # CPU: the same bucket logic, run eagerly (tests use this)
+            return
+        self.graph, (self.logits, self.top_values, self.top_ids) = capture(run, dev, rt._pool)
+
+    def replay(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
+               n: int) -> None:
+        """Run the bucket on a window of R <= B rows at committed length n (ancestors [R, R])."""
+        B, R = self.rows, len(tokens)
+        h = self.host
+        h.zero_()
+        h[:R] = torch.tensor(tokens)
+        h[B:B + R] = torch.tensor(depths)
+        pad = torch.arange(1, B - R + 1)
+        h[B + R:2 * B] = pad                             # padded rows: positions past the window
+        h[2 * B] = n
+        a = h[2 * B + 1:].view(B, B)
+        a[:R, :R] = ancestor_table(depths, ancestors)
+        a[torch.arange(R, B), pad] = torch.arange(R, B)  # padded rows see the root and themselves
+        self.packed.copy_(h, non_blocking=True)
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.logits, self.top_values, self.top_ids = self.run()
+
+
+class PrefillBucket:
+    """One captured prefill of `rows` rows (a chunk padded with token 0 up to it) attending over
+    the first `span` cache slots, on one session's cache. Host -> device: one long tensor,
+    tokens [B] and the committed length n. Row i sits at position n + i and sees slots
+    <= n + i; the padding rows come last, so no real row sees them, and their keys land in
+    slots [n + R, n + B) past the committed length, which later tokens overwrite."""
+
+    def __init__(self, rt: "Runtime", cache: KVCache, rows: int, span: int):
+        dev, B = rt.device, rows
+        self.rows, self.span = B, span
+        self.packed = torch.zeros(B + 1, dtype=torch.long, device=dev)
+        self.packed[B] = span - B           # warm-up and capture: the last B slots of the span
+        self.host = torch.zeros(B + 1, dtype=torch.long, pin_memory=dev.type == "cuda")
+        cols = torch.arange(span, device=dev)
+        ar = torch.arange(B, device=dev)
+
+        def run():
+            n = self.packed[B]
+            pos = n + ar
+            mask = cols.unsqueeze(0) <= pos.unsqueeze(1)                  # [B, span] causal
+            rt.model.forward(self.packed[:B], pos, mask, cache, pos, last_only=True)
+
+        self.run = run
+        self.graph = None
+        if dev.type == "cuda":
+            self.graph, _ = capture(run, dev, rt._prefill_pool)
+
+    def replay(self, chunk: Sequence[int], n: int) -> None:
+        h = self.host
+        h.zero_()
+        h[:len(chunk)] = torch.tensor(chunk)
+        h[self.rows] = n
+        self.packed.copy_(h, non_blocking=True)
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.run()
