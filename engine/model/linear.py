@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.weights import (CPU_FAST_TYPES, CpuFastWeight, CpuInt8Blocks, PackedWeight,
-                            cpu_fast_linear, cpu_int8_blocks_linear, invariant_dense,
+                            cpu_fast_linear, cpu_int8_blocks_linear, cpu_int8_blocks_top, invariant_dense,
                             packed_linear, prepare_cpu)
 
 Weight = torch.Tensor | PackedWeight | CpuFastWeight | CpuInt8Blocks
@@ -135,6 +135,16 @@ class Linear:
         """The one dense matrix, when the layer is exactly that (the fast, unchanged path)."""
         if len(self.parts) == 1 and isinstance(self.parts[0], torch.Tensor):
             return self.parts[0]
+        return None
+
+    def top(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Each row's top k of ``self(x)`` (values float32 [R, k], ids [R, k]) without the whole
+        product, where the layer is one screened Q8_0 weight (the fast CPU path's LM head:
+        engine.weights.cpu_fast.cpu_int8_blocks_top, values bit for bit the full product's);
+        None elsewhere."""
+        p = self.parts[0]
+        if len(self.parts) == 1 and self.bias is None and isinstance(p, CpuInt8Blocks) and p.screen is not None:
+            return cpu_int8_blocks_top(x, p, k)
         return None
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None,

@@ -397,7 +397,9 @@ class Session:
         layout = WindowLayout(n, depth, ancestor_table(depths, ancestors).to(rt.device))
         slots = torch.arange(n, n + R, device=rt.device)
         logits = rt.model.forward(t, depth + n, mask, cache, slots, layout=layout,
-                                  exit_layer=exit_layer)
+                                  exit_layer=exit_layer, top=0 if need_logits else TOPK)
+        if isinstance(logits, tuple):       # the head's top k alone (a screened CPU head)
+            return RowScores(None, logits[0], logits[1])
         top = logits.topk(TOPK, dim=-1)
         return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
 

@@ -147,11 +147,12 @@ class Transformer:
         packed, where its type packs): its rows are read once per pass (113 MB as float32 for
         the bundled model's vocabulary, more than its 4-bit layers). A 4-bit head goes to the
         int4 kernels; a Q8_0 one to int8 blocks (engine.weights.cpu_fast.CpuInt8Blocks: 28 MB,
-        row-invariant on any CPU); anything else to a bfloat16 copy (half the float32 bytes, at
+        row-invariant on any CPU, with a per-row int8 screen: 28 MB more, so that a greedy pass
+        finds each row's top 5 without all the blocks, `Linear.top`); anything else to a bfloat16 copy (half the float32 bytes, at
         the precision the int4 layers already have), multiplied in fixed 8-row blocks in a verify
         pass (engine.weights.invariant_dense). The embedding lookup keeps `embed`."""
         if packed is not None and packed.qtype == "Q8_0":
-            return prepare_cpu_q8(packed)
+            return prepare_cpu_q8(packed, screen=True)
         if isinstance(head, PackedWeight):
             if head.qtype in CPU_FAST_TYPES:
                 return head
@@ -204,9 +205,14 @@ class Transformer:
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                 cache: KVCache, slots: torch.Tensor, last_only: bool = False,
-                layout: WindowLayout | None = None, exit_layer: int | None = None) -> torch.Tensor:
+                layout: WindowLayout | None = None, exit_layer: int | None = None,
+                top: int = 0) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """tokens, positions, slots: [R] long; mask: [R, S] bool (True = attend) over cache slots
         [0, S). Returns logits [R, V] (or [1, V] for the last row when last_only).
+
+        `top` k > 0: where the LM head can give each row's top k without all the logits (a
+        screened Q8_0 head on the fast CPU path: Linear.top), return (values float32 [R, k],
+        ids [R, k]) instead, the values bit for bit those of the logits; else the logits.
 
         A verify pass also gives its `layout` (the committed length, each row's depth and its
         ancestors): with it, attention runs on `verify_attention` when the model has one, and
@@ -261,4 +267,6 @@ class Transformer:
             x = L["down"](F.silu(gate) * up, residual=x, invariant=inv)
         if last_only:
             x = x[-1:]
-        return self.lm_head(self._rms(x, self.norm), invariant=inv).float()
+        h = self._rms(x, self.norm)
+        found = self.lm_head.top(h, top) if top else None
+        return found if found is not None else self.lm_head(h, invariant=inv).float()

@@ -45,7 +45,8 @@ def test_fast_runtime_layout(fast_runtime, loaded_model):
             assert L[k].kernels == {"cpu_fast"}, k
     assert isinstance(m.layers[0]["qkv"].parts[0], CpuFastWeight)
     assert isinstance(m.lm_head.parts[0], CpuInt8Blocks)      # the tied Q8_0 head: int8 blocks
-    assert m.lm_head.kernels == {"cpu_fast"} and m.lm_head.nbytes < 49152 * 576 * 1.1
+    assert m.lm_head.parts[0].screen is not None              # and its per-row int8 screen
+    assert m.lm_head.kernels == {"cpu_fast"} and m.lm_head.nbytes < 49152 * 576 * 2.1
     assert m.embed.dtype == torch.float32                      # the lookup stays exact
     assert fast_runtime.weights_label.startswith("Q4_1 packed")
     exact = Runtime(loaded_model, "cpu", "float32", weights="packed", cpu_kernels="exact")
@@ -114,6 +115,11 @@ def test_window_rows_equal_one_row_passes_bitwise(fast_runtime, code_edit_prompt
             ses.prefill(prompt)
             got = ses.verify(toks[:r], *chain(r)).logits
             assert torch.equal(got, ref[:r]), (p["id"], r, (got - ref[:r]).abs().max().item())
+            # a greedy pass: the head's screen gives the top 5 alone, those of the logits exactly
+            top = ses.verify(toks[:r], *chain(r), need_logits=False)
+            want_v, want_i = torch.sort(ref[:r], dim=1, descending=True, stable=True)
+            assert top.logits is None
+            assert torch.equal(top.top_ids, want_i[:, :5]) and torch.equal(top.top_values, want_v[:, :5])
 
 
 def test_lookup_reproduces_ar_on_the_fast_path(fast_runtime, code_edit_prompts):

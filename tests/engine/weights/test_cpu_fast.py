@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.weights import PackedWeight
 from engine.weights.cpu_fast import CPU_FAST_TYPES, cpu_fast_linear, prepare_cpu
 
 pytestmark = pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"),
@@ -96,3 +97,70 @@ def test_dense_row_blocks_are_row_invariant():
     for m in (2, 3, 7, 8, 9, 17, 33):
         assert torch.equal(invariant_dense(x[:m], w), single[:m]), f"M={m}"
     assert rel_err(single.float(), x.float() @ w.float().T) < TOL
+
+
+def _near_tie_q8(n: int, k: int, copies: int, seed: int):
+    """A Q8_0 weight whose first `copies` rows are one row with its block scales nudged by
+    up to 8 float16 ulps and its last block's scale set 4-10x higher (a different requantization
+    grid for each copy), and x = that row with the last block zeroed: those rows' exact
+    products are the top ones by far and differ from each other by less than what requantizing
+    a row moves them."""
+    w, _ = _weight("Q8_0", n, k, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    qs, d = w.planes["qs"].clone(), w.planes["d"].clone()
+    qs[:copies] = qs[0]
+    ulps = torch.randint(-8, 9, (copies, k // 32), generator=g, dtype=torch.int16)
+    d[:copies] = (d[0].view(torch.int16) + ulps).view(torch.float16)     # f16: ~1e-3 a ulp
+    d[:copies, -1] *= (4 + 6 * torch.rand(copies, generator=g)).half()
+    w = PackedWeight("Q8_0", (n, k), {"qs": qs, "d": d})
+    row = (qs[0].view(torch.int8).float().view(k // 32, 32) * d[0].float().unsqueeze(1))
+    row[-1] = 0
+    return w, row.view(1, k)
+
+
+def test_q8_0_screened_top_k_is_the_full_products_top_k():
+    """cpu_int8_blocks_top: each row's top 5 (ids, and values bit for bit) of the full int8-block
+    product, ties to the lower id, with the screen's bound holding for every output. Rows aimed
+    at 16 near-identical weight rows make the screen's own top 5 wrong, also re-scored exactly
+    (the control: a screen without the bound)."""
+    from engine.weights.cpu_fast import cpu_int8_blocks_linear, cpu_int8_blocks_top, prepare_cpu_q8
+    n, k = 3000, 576
+    w, row = _near_tie_q8(n, k, copies=16, seed=27)
+    cw = prepare_cpu_q8(w, screen=True)
+    assert cw.nbytes < n * k * 2.1                       # blocks + screen: two bytes a weight
+    g = torch.Generator().manual_seed(11)
+    x = torch.cat([torch.randn(24, k, generator=g), row * (1 + 0.1 * torch.randn(8, k, generator=g)),
+                   row.repeat(2, 1)])
+    full = cpu_int8_blocks_linear(x, cw).float()
+    ref_v, ref_i = torch.sort(full, dim=1, descending=True, stable=True)
+    vals, ids = cpu_int8_blocks_top(x, cw, 5)
+    assert torch.equal(ids, ref_i[:, :5]) and torch.equal(vals, ref_v[:, :5])
+    # the bound: |screen - exact| <= ||x|| beta for every output
+    xb = x.to(torch.bfloat16)
+    screen = torch.ops.aten._weight_int8pack_mm(xb, cw.screen.q, cw.screen.d).float()
+    err = (screen - full).abs() / (xb.double().norm(dim=1, keepdim=True).float() * cw.screen.beta)
+    assert err.max() <= 1.0 and err.max() > 1e-4      # holds, and is not vacuous
+    assert not torch.equal(screen[24:].topk(5).indices, ref_i[24:, :5])   # the screen alone errs
+    # the control: the screen's own top 5, re-scored exactly (no bound) comes out wrong
+    naive = screen.topk(5).indices
+    rescored = full.gather(1, naive)
+    naive_ids = naive.gather(1, torch.sort(rescored, dim=1, descending=True, stable=True).indices)
+    assert not torch.equal(naive_ids, ref_i[:, :5])
+    for m in (1, 2, 9):                                  # rows alone and in windows agree
+        assert torch.equal(cpu_int8_blocks_top(x[24:24 + m], cw, 5)[1], ids[24:24 + m])
+    with pytest.raises(ValueError, match="no screen"):
+        cpu_int8_blocks_top(x, prepare_cpu_q8(w), 5)
+
+
+def test_q8_0_blocks_of_some_rows_equal_those_rows_of_the_full_product():
+    """CpuInt8Blocks.rows: a product over a subset of the weight's rows is bit for bit those
+    columns of the full product, whatever the subset's size (the screen's exact step relies on it)."""
+    from engine.weights.cpu_fast import cpu_int8_blocks_linear, prepare_cpu_q8
+    w, _ = _weight("Q8_0", 1000, 576, seed=28)
+    cw = prepare_cpu_q8(w)
+    x = torch.randn(9, 576, generator=torch.Generator().manual_seed(12))
+    full = cpu_int8_blocks_linear(x, cw)
+    g = torch.Generator().manual_seed(13)
+    for size in (1, 2, 5, 15, 16, 17, 33, 64, 100, 257, 999):
+        idx = torch.randperm(1000, generator=g)[:size].sort().values
+        assert torch.equal(cpu_int8_blocks_linear(x, cw.rows(idx)), full[:, idx]), size
