@@ -28,7 +28,7 @@ run: $(VENV)/.base
 
 test: $(VENV)/.test
 	$(VENV)/bin/lint-imports
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -n $(JOBS) --dist loadfile $(ARGS)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -n $(JOBS) --dist worksteal $(ARGS)
 
 test-slow: $(VENV)/.test
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m slow $(ARGS)
