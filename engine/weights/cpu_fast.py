@@ -142,7 +142,7 @@ class Int8RowScreen:
     w the Q8_0 row (its block scales in bfloat16), w' = q' d' the requantized row and
     delta = w' - w, by Cauchy-Schwarz:
 
-        |exact - sum w x|  <= C_EXACT  * ||w||  * ||x||      (two bfloat16 roundings + float32 sums)
+        |exact - sum w x|  <= C_EXACT  * ||w||  * ||x||      (constants: ``error_bounds``)
         |screen - sum w x| <= ||delta|| * ||x|| + C_SCREEN * (||w|| + ||delta||) * ||x||
 
     so beta = (1 + C_SCREEN) ||delta|| + (C_EXACT + C_SCREEN) ||w||, rounded up."""
@@ -152,11 +152,16 @@ class Int8RowScreen:
     beta: torch.Tensor     # float32 [N]
 
 
-# relative error bounds of one product as torch's int8 kernel gives it: bfloat16 output rounding
-# (2^-9) plus float32 sums (K u, K <= 1,024 values a row here), twice for the exact function
-# when the caller's activations are bfloat16 (a second rounding in .to(x.dtype))
-C_SCREEN = 2.0 ** -9 + 1100 * 2.0 ** -24
-C_EXACT = 2 * C_SCREEN
+def error_bounds(k: int) -> tuple[float, float]:
+    """(C_SCREEN, C_EXACT): bounds on |computed - real| / sum |w x| of one output of a K-column
+    product as torch's int8 kernel gives it. bfloat16 has an 8-bit significand, so its
+    round-to-nearest is off by at most 2^-8 relative; float32 sums of n terms by at most
+    (n - 1) 2^-24 / (1 - n 2^-24) of the sum of |terms|, whatever the order. The screen: one
+    K-term sum, one bfloat16 rounding. The exact blocks: K/32 sums of 32 terms, each rounded to
+    bfloat16, their float32 sum, and a second bfloat16 rounding where the caller's activations
+    are bfloat16 (``.to(x.dtype)``). (K + 64) 2^-24 covers the float32 parts with room."""
+    u16, u32 = 2.0 ** -8, 2.0 ** -24
+    return u16 + (k + 64) * u32, 2 * u16 + (k + 64) * u32
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,6 +207,7 @@ def _row_screen(qs: torch.Tensor, d: torch.Tensor, chunk: int = 4096) -> Int8Row
     """The Int8RowScreen of Q8_0 quants qs (int8 [N, K]) with block scales d (bfloat16 [N, K/32]),
     computed in float64 ``chunk`` rows at a time (host memory bounded)."""
     n, k = qs.shape
+    c_screen, c_exact = error_bounds(k)
     q_out = torch.empty(n, k, dtype=torch.int8)
     d_out = torch.empty(n, dtype=torch.bfloat16)
     beta = torch.empty(n, dtype=torch.float32)
@@ -210,13 +216,13 @@ def _row_screen(qs: torch.Tensor, d: torch.Tensor, chunk: int = 4096) -> Int8Row
         w = (qs[r0:r1].double().view(r1 - r0, k // GROUP, GROUP)
              * d[r0:r1].double().unsqueeze(-1)).view(r1 - r0, k)
         top = w.abs().amax(dim=1)
-        # bfloat16 rounds to nearest (relative error <= 2^-9): the 2^-7 margin keeps d' >= max / 127
+        # bfloat16 rounds to nearest (relative error <= 2^-8): the 2^-7 margin keeps d' >= max / 127
         dp = (top / 127 * (1 + 2.0 ** -7)).to(torch.bfloat16)
         dp[top == 0] = 1.0
         dpf = dp.double().unsqueeze(1)
         qp = (w / dpf).round().clamp_(-127, 127)
         delta = (qp * dpf - w).norm(dim=1)
-        b = (1 + C_SCREEN) * delta + (C_EXACT + C_SCREEN) * w.norm(dim=1)
+        b = (1 + c_screen) * delta + (c_exact + c_screen) * w.norm(dim=1)
         q_out[r0:r1] = qp.to(torch.int8)
         d_out[r0:r1] = dp
         beta[r0:r1] = (b * (1 + 1e-6)).float()
@@ -254,10 +260,12 @@ def cpu_int8_blocks_top(x: torch.Tensor, cw: CpuInt8Blocks, k: int) -> tuple[tor
 
     One int8 matmul over all K on the screen's per-row copy gives every output within
     ||x|| beta[n] of the exact one (Int8RowScreen); the exact outputs are then computed only for
-    the rows whose screened interval reaches the k-th largest lower bound, which contain the
-    true top k (an output above that k-th lower bound beats at least k others' exact values
-    only if its interval reaches it). ~2x cheaper than the full product at one row and ~3x at
-    8 (bundled model's 49,152 x 576 head, this 2-core CPU, 1 thread)."""
+    the rows whose screened interval reaches F, the k-th largest lower bound. They contain the
+    true top k: k outputs have exact values >= F, so the k-th largest exact value is >= F, and
+    an output whose exact value reaches it has its interval's upper end >= F. The screen's one
+    matmul takes about half the time of the K/32 block calls at one row and a quarter at 8
+    (the bundled model's 49,152 x 576 head alone, 1 thread); a whole pass:
+    bench/bench_cpu_head.py."""
     sc = cw.screen
     if sc is None:
         raise ValueError("cpu_int8_blocks_top: this weight has no screen (prepare_cpu_q8(w, screen=True))")
