@@ -35,10 +35,10 @@ from engine.model.device import (device_name, dtype_name, one_torch_thread, pick
                                  synchronize)
 from engine.errors import ParameterError
 from engine.limits import MAX_ROWS
-from engine.model.linear import CPU_KERNELS, cpu_fast_available
-from engine.weights import CPU_FAST_TYPES
 from engine.model.graphs import TOPK, GraphBucket, PrefillBucket
+from engine.model.linear import CPU_KERNELS, cpu_fast_available
 from engine.model.transformer import Transformer
+from engine.weights import CPU_FAST_TYPES
 
 if TYPE_CHECKING:                   # the runtime is handed a loaded model; it never opens files
     from engine.io.load import LoadedModel

@@ -148,9 +148,10 @@ class Transformer:
         the bundled model's vocabulary, more than its 4-bit layers). A 4-bit head goes to the
         int4 kernels; a Q8_0 one to int8 blocks (engine.weights.cpu_fast.CpuInt8Blocks: 28 MB,
         row-invariant on any CPU, with a per-row int8 screen: 28 MB more, so that a greedy pass
-        finds each row's top 5 without all the blocks, `Linear.top`); anything else to a bfloat16 copy (half the float32 bytes, at
-        the precision the int4 layers already have), multiplied in fixed 8-row blocks in a verify
-        pass (engine.weights.invariant_dense). The embedding lookup keeps `embed`."""
+        finds each row's top 5 without all the blocks, `Linear.top`); anything else to a
+        bfloat16 copy (half the float32 bytes, at the precision the int4 layers already have),
+        multiplied in fixed 8-row blocks in a verify pass (engine.weights.invariant_dense). The
+        embedding lookup keeps `embed`."""
         if packed is not None and packed.qtype == "Q8_0":
             return prepare_cpu_q8(packed, screen=True)
         if isinstance(head, PackedWeight):

@@ -235,10 +235,10 @@ def prepare_cpu_q8(w: PackedWeight, screen: bool = False) -> CpuInt8Blocks:
     if w.qtype != "Q8_0":
         raise ValueError(f"prepare_cpu_q8: {w.qtype} is not Q8_0")
     n, k = w.shape
-    qs, d = w.planes["qs"].view(torch.int8), w.planes["d"]
+    qs, d = w.planes["qs"].view(torch.int8), w.planes["d"].to(torch.bfloat16)
     q = tuple(qs[:, b * GROUP:(b + 1) * GROUP].contiguous() for b in range(k // GROUP))
-    s = tuple(d[:, b].to(torch.bfloat16).contiguous() for b in range(k // GROUP))
-    sc = _row_screen(qs.view(n, k), d.to(torch.bfloat16)) if screen else None
+    s = tuple(d[:, b].contiguous() for b in range(k // GROUP))
+    sc = _row_screen(qs.view(n, k), d) if screen else None
     return CpuInt8Blocks("Q8_0", (n, k), q, s, sc)
 
 
