@@ -113,9 +113,20 @@ def test_roofline_prices_a_draft_model_and_named_exit_layers(tmp_path) -> None:
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "\n    10  " in out and "\n    20  " in out and "\n     7  " not in out
-    # the bundled model drafting for itself: as dear as the target, it never pays at any depth
-    table = out[out.index("a draft pass"):].splitlines()[2:]
-    assert len(table) == 6 and all(line.endswith("never pays") for line in table)
+    # the bundled model drafting for itself: a draft pass as dear as a plain step, so a window
+    # must emit nearly all it can to pay. Its two profiles are timed separately, and under a
+    # loaded machine (make test runs two workers) depth 1-2 can come out just under "at most"
+    # (1.82 of 2 seen): the verdict must follow the numbers, and the numbers stay near the edge
+    head = out[out.index("a draft pass"):].splitlines()
+    ratio = float(head[0].split("(")[1].split()[0])
+    assert 0.5 < ratio < 2.0, head[0]
+    rows = [line.split() for line in head[2:]]
+    assert [int(c[0]) for c in rows] == [1, 2, 3, 4, 6, 8]
+    for c in rows:
+        k, draft, window, needed, most = int(c[0]), float(c[1]), float(c[2]), float(c[3]), int(c[4])
+        assert most == k + 1 and window > draft > 0
+        assert (" ".join(c[5:]) == "never pays") == (needed >= k + 1), c
+        assert needed >= 0.6 * (k + 1), c
     bad = specscope("roofline", "--device", "cpu", "--exit-layers", "99", "--rows", "1")
     assert bad.returncode == 2 and "--exit-layers must lie between 1 and the model's 30 layers" in bad.stderr
 
