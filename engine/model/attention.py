@@ -26,16 +26,17 @@ Two implementations, the same contract:
     `engine.model.triton_attention.layout_attention_triton`   a Triton split-KV kernel for
                              GPUs (CUDA and ROCm), imported lazily.
 
-CPU details (measured on this machine's AVX-512 CPU): float32 matmuls go to oneDNN
-(torch.backends.mkldnn.matmul.fp32_precision = "bf16" routes float32 bmm there; without AMX it
-still computes in float32: error vs float64 2.6e-7); its results do not depend on M, N or the
-batch count, unlike MKL's. Scores are computed as K @ q^T (keys as the matmul's rows). Lengths
+CPU details: float32 matmuls run in float32 on a row-invariant route (`float32_bmm`): oneDNN
+where its bfloat16 mode still computes float32 (CPUs without bfloat16 instructions, where MKL's
+results depended on M, N or the batch count), MKL ("ieee") on CPUs with AVX512-BF16 or AMX,
+where that mode would round to bfloat16. Scores are computed as K @ q^T (keys as the matmul's rows). Lengths
 are multiples of BLOCK (64), so elementwise ops never hit a scalar tail loop. The block partials
 are added with cumsum (a sequential fold), so trailing all-masked blocks add exact zeros.
 """
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -72,15 +73,42 @@ def ancestor_table(depths: Sequence[int], ancestors: torch.Tensor, width: int | 
 
 
 @contextmanager
-def onednn_fp32_matmul() -> Iterator[None]:
-    """Route float32 bmm to oneDNN for the duration (process-wide torch flag, restored after)."""
+def _fp32_precision(mode: str) -> Iterator[None]:
     mm = torch.backends.mkldnn.matmul
     prev = mm.fp32_precision
-    mm.fp32_precision = "bf16"
+    mm.fp32_precision = mode
     try:
         yield
     finally:
         mm.fp32_precision = prev
+
+
+@functools.lru_cache(maxsize=1)
+def onednn_bf16_mode_is_fp32() -> bool:
+    """Whether oneDNN's bfloat16 math mode still computes float32 products on this CPU.
+
+    The mode routes float32 bmm to oneDNN, whose per-element results do not depend on the
+    matrix shapes. A CPU without bfloat16 instructions (the AVX-512 EPYC) ignores the mode and
+    computes in float32; one with them (AVX512-BF16, AMX) rounds the inputs to bfloat16, an
+    error of ~1e-2 that a float32 path must never take. Measured once per process on a
+    64x64 product against float64 (bfloat16 inputs would be off by ~1e-1 here)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(1, 64, 64, generator=g), torch.randn(1, 64, 64, generator=g)
+    with _fp32_precision("bf16"):
+        got = torch.bmm(a, b)
+    return bool((got.double() - a.double() @ b.double()).abs().max() < 1e-3)
+
+
+@contextmanager
+def float32_bmm() -> Iterator[None]:
+    """float32 bmm in float32 arithmetic on a row-invariant route, for the duration; the
+    process-wide precision flag is restored after. On a CPU that ignores oneDNN's bfloat16 mode
+    (`onednn_bf16_mode_is_fp32`), that mode routes bmm to oneDNN; elsewhere "ieee" (MKL), whose
+    products measured row-invariant on an AMX Xeon (tests/engine/model/test_cpu_fast_model.py,
+    test_layout_attention_random). Either way never bfloat16 arithmetic, whatever the flag
+    was set to before."""
+    with _fp32_precision("bf16" if onednn_bf16_mode_is_fp32() else "ieee"):
+        yield
 
 
 @dataclass(frozen=True)
@@ -143,7 +171,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: _Plan) -> t
     # ... computed over a multiple of BLOCK keys: oneDNN's last partial row block is computed
     # by another micro-kernel, which rounds differently
     S = min(k.shape[1], -(-(P + W) // BLOCK) * BLOCK)
-    with onednn_fp32_matmul():
+    with float32_bmm():
         # every score once, in one product over the slots [0, S) (keys as the matmul's rows); a score depends only on its query and key, so the tail's scores are then
         # picked per row in logical order: [Hkv, R, G, T]
         sc = torch.bmm(k[:, :S], qs.reshape(Hkv, R * G, D).transpose(1, 2))      # [Hkv, S, R*G]
