@@ -34,7 +34,10 @@ def _verify_attention(device: torch.device, cpu_fast: bool) -> Callable | None:
         except ImportError:          # no Triton: SDPA, exact to ~1e-6 but not bit for bit
             return None
         return bind_layout_attention_triton
-    return bind_layout_attention if cpu_fast else None
+    # the CPU, every dtype and kernel choice: the torch implementation (float32 arithmetic on
+    # every x86 CPU: engine.model.attention.float32_bmm), the linear layers through fixed-shape
+    # products (engine.weights.invariant_dense): lossless in float32 and bfloat16 alike
+    return bind_layout_attention
 
 
 def widen_q6k_default(device: torch.device) -> bool:
@@ -126,11 +129,11 @@ class Transformer:
         # Verify passes attend through layout-invariant attention (engine.model.attention) where
         # the rest of the model is row-invariant too, so a window row equals the one-row decode
         # step bit for bit: on a GPU with Triton (every linear kernel there is row-invariant),
-        # and on the CPU with the fast kernels (bfloat16 activations make any float32
-        # difference visible). Elsewhere (the float32 BLAS path, a GPU without Triton) SDPA
-        # with a mask: exact to ~1e-6, which float32 rarely turns into another token.
+        # and on the CPU in every dtype. Only a GPU without Triton falls back to SDPA with a
+        # mask: exact to ~1e-6, not bit for bit (its near ties are flagged: runtime.TIE_MARGINS).
         self.verify_attention = _verify_attention(self.device, self.cpu_fast)
         self.cos, self.sin = rope_tables(cfg, self.device, dtype, length=2048)   # [C, D] each, scaled
+        self._retired_rope: list[tuple[torch.Tensor, torch.Tensor]] = []         # (_grow_rope)
         # a packed model on a GPU runs the fused layer (engine.model.fused_layer): ~9 launches
         # a layer instead of ~25, the same contract, rows still bit-identical across passes
         self.fused = fused_forward_for(self)
@@ -190,8 +193,20 @@ class Transformer:
     def new_cache(self, capacity: int) -> KVCache:
         capacity = min(capacity, self.cfg.max_context)
         if capacity > self.cos.shape[0]:   # RoPE tables cover the cache, not the model's whole context
-            self.cos, self.sin = rope_tables(self.cfg, self.device, self.dtype, length=capacity)
+            self._grow_rope(capacity)
         return KVCache(self.cfg, capacity, self.device, self.dtype)
+
+    def _grow_rope(self, length: int) -> None:
+        """Longer RoPE tables whose first rows are the old ones, bit for bit; the old tables stay
+        alive. A graph captured on another session reads the tables it was captured with by
+        address: freed, their memory went to other tensors and that session's next replay saw
+        other positions (a runtime that had decoded a long prompt gave other tokens than a
+        fresh one, issue 31)."""
+        cos, sin = rope_tables(self.cfg, self.device, self.dtype, length=length)
+        L = self.cos.shape[0]
+        cos[:L], sin[:L] = self.cos, self.sin
+        self._retired_rope.append((self.cos, self.sin))
+        self.cos, self.sin = cos, sin
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # one fused kernel where torch has one (it accumulates in float32 for half types)

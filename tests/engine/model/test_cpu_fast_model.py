@@ -50,7 +50,9 @@ def test_fast_runtime_layout(fast_runtime, loaded_model):
     assert m.embed.dtype == torch.float32                      # the lookup stays exact
     assert fast_runtime.weights_label.startswith("Q4_1 packed")
     exact = Runtime(loaded_model, "cpu", "float32", weights="packed", cpu_kernels="exact")
-    assert not exact.model.cpu_fast and exact.model.verify_attention is None
+    # not the fast kernels, and still the layout-invariant attention: every CPU runtime is exact
+    assert not exact.model.cpu_fast and exact.model.verify_attention is bind_layout_attention
+    assert exact.exact_rows and exact.tie_margin == 0.0
     assert isinstance(exact.model.layers[0]["qkv"].parts[0], PackedWeight)
     assert exact.model.lm_head.parts[0].dtype == torch.float32
 

@@ -38,16 +38,17 @@ def test_switching_to_adaptive_mid_run_keeps_greedy_output(cpu_runtime, tmp_path
 
 
 def test_near_ties_use_the_runtimes_margin(cpu_runtime, code_edit_prompts):
-    """The float32 BLAS runtime is not bit-exact across windows: its near-tie margin is the
-    dtype's (1e-4); a runtime whose rows are exact flags nothing (nothing can part from AR).
-    With the margin raised past every row's top-2 gap, every row is flagged, and the count a
-    run reports moves with it."""
+    """A runtime whose rows are exact (every CPU runtime: layout-invariant attention and
+    fixed-shape products) flags nothing: nothing can part from AR. The margin is the dtype's
+    only where rows are not exact (a GPU without Triton: TIE_MARGINS). With the margin raised
+    past every row's top-2 gap, every row is flagged, and the count a run reports moves with
+    it."""
     from engine.io.prompts import encode_prompt
     from engine.model.runtime import TIE_MARGINS
     from engine.speculation.decoder import Decoder
     from engine.speculation.settings import DecodeSettings
     rt = cpu_runtime
-    assert not rt.exact_rows and rt.tie_margin == TIE_MARGINS["float32"] == 1e-4
+    assert rt.exact_rows and rt.tie_margin == 0.0 and TIE_MARGINS["float32"] == 1e-4
     ids = encode_prompt(rt.tokenizer, code_edit_prompts[0]["messages"])
     s = DecodeSettings(draft="lookup", max_new_tokens=12)
 
