@@ -229,9 +229,9 @@ class Session:
         self.cache: KVCache = self._new_cache(capacity)
         self._buckets: dict[tuple[int, int | None], GraphBucket] = {}   # (rows, exit layer)
         self._prefills: dict[tuple[int, int], PrefillBucket] = {}        # (rows, span)
-        self._prefill_seen: set[tuple[int, int]] = set()
         self.needed = 0            # what the current request asked for (reserve)
         self.spare = 0
+        self.request_capacity = capacity
 
     # what a cost probe reads from the stream it times (engine.cost.probe.VerifyTimer)
     @property
@@ -266,11 +266,15 @@ class Session:
             )
         self.needed, self.spare = needed, spare
         size = min(rt.config.max_context, needed + spare)
+        # the capacity a fresh session would have for this request: what decisions that
+        # shape a pass are made against, so a reused (larger) cache computes the same bits
+        fresh = min(rt.config.max_context, rt.default_capacity)
+        self.request_capacity = (fresh if size <= fresh else
+                                 min(rt.config.max_context, 1 << (size - 1).bit_length()))
         if size > self.cache.capacity:
             cap = min(rt.config.max_context, 1 << (size - 1).bit_length())
             self._buckets.clear()      # graphs hold the old cache's addresses
             self._prefills.clear()
-            self._prefill_seen.clear()
             del self.cache             # free the old one before the new one is allocated
             self.cache = self._new_cache(cap)
         self.cache.reset()
@@ -404,23 +408,26 @@ class Session:
         return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
 
     def _prefill_bucket(self, R: int, n: int) -> PrefillBucket | None:
-        """The graph for a prefill chunk of R rows at committed length n (captured on first use),
-        or None where there is none: no graphs, or the padded chunk does not fit the cache.
-        (On a CPU with graphs=True the same buckets run eagerly: what the tests check.)"""
+        """The bucket for a prefill chunk of R rows at committed length n, or None where there
+        is none: no graphs, or the padded chunk does not fit the request's cache.
+
+        Same prompt, same bits: a chunk's computation depends only on (R, n) and the request,
+        never on what the session ran before. So a bucketed chunk always runs through its
+        bucket (captured on first use on a GPU, replayed ever after; run eagerly with the same
+        padded shapes on a CPU), never once eagerly at its own shape and later from a graph
+        at the padded one: those round differently, and a runtime that had decoded a prompt
+        with the same chunk shape before gave other tokens than a fresh one (issue 31). The fit
+        is judged against the capacity a fresh session would have for this request
+        (`request_capacity`), not the cache's: a reused session may be larger."""
         if not self.runtime.use_graphs:
             return None
         B = next((b for b in PREFILL_BUCKETS if b >= R), None)
-        C = self.cache.capacity
+        C = self.request_capacity
         if B is None or n + B > C:
             return None
         span = min(C, max(B, 1 << (n + B - 1).bit_length()))
         key = (B, span)
         if key not in self._prefills:
-            # the first chunk of a shape runs eagerly: a one-shot `generate` never pays for a
-            # capture (two warm-up passes and the capture); the second captures it
-            if key not in self._prefill_seen:
-                self._prefill_seen.add(key)
-                return None
             self._prefills[key] = PrefillBucket(self.runtime, self.cache, B, span)
         return self._prefills[key]
 

@@ -128,12 +128,17 @@ def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, w0, ns, sor, soh, NS: tl.conste
 
 
 _COUNTERS: dict = {}       # device -> int32 zeros, one per (row, kv head); each pass leaves 0s
+_RETIRED: list = []        # counters outgrown: graphs captured with them still read them
 
 
 def _counters(device: torch.device, need: int) -> torch.Tensor:
     c = _COUNTERS.get(device)
     if c is None or c.numel() < need:
-        # first use (a warm-up run, before any graph capture, for the row counts it takes)
+        # first use (a warm-up run, before any graph capture, for the row counts it takes). An
+        # outgrown array stays alive: a graph holds its address, and freed memory would be
+        # handed to other tensors under it
+        if c is not None:
+            _RETIRED.append(c)
         c = _COUNTERS[device] = torch.zeros(max(need, 4096), dtype=torch.int32, device=device)
     return c
 

@@ -134,3 +134,23 @@ def test_unsupported_rope_variants_are_refused_by_name(tmp_path):
         _gguf_rope(tmp_path, **{"rope.scaling.type": "linear", "rope.scaling.attn_factor": 2.0})
     with pytest.raises(ModelLoadError, match="YaRN needs beta_fast > beta_slow"):
         _gguf_rope(tmp_path, **{"rope.scaling.yarn_beta_fast": 1.0, "rope.scaling.yarn_beta_slow": 4.0})
+
+
+def test_growing_the_tables_keeps_the_old_rows_and_the_old_tensors(loaded_model):
+    """A session whose cache outgrows the RoPE tables makes longer ones. The positions already
+    tabled keep their values bit for bit, and the old tensors stay alive: a graph captured on
+    another session reads them by address (on a GPU), and a freed table's memory would be
+    handed to other tensors under that graph (issue 31: a runtime that had decoded a long
+    prompt gave other tokens than a fresh one)."""
+    rt = Runtime(loaded_model, "cpu", "float32", capacity=64)
+    m = rt.model
+    cos0, sin0 = m.cos, m.sin
+    L = cos0.shape[0]
+    s = rt.session(L + 100)
+    assert m.cos.shape[0] > L and s.capacity >= L + 100
+    assert torch.equal(m.cos[:L], cos0) and torch.equal(m.sin[:L], sin0)
+    assert any(c is cos0 and si is sin0 for c, si in m._retired_rope)
+    # the new rows are the formula's, as a table made that long from the start has them
+    fresh_cos, fresh_sin = rope_tables(rt.config, "cpu", torch.float32, length=m.cos.shape[0])
+    assert torch.equal(m.cos, fresh_cos) and torch.equal(m.sin, fresh_sin)
+    s.close()

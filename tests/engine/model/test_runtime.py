@@ -86,10 +86,14 @@ def test_a_session_made_by_a_probe_serves_a_later_request(loaded_model, tokenize
 
 
 def test_bucketed_prefill_equals_eager(runtimes, tokenizer) -> None:
-    """A prefill chunk padded up to its graph bucket (the second chunk of a shape; the first
-    of each runs eagerly) writes the same committed keys as the eager prefill, and the next
-    pass sees the same context: padding rows come after every real row, and their keys land
-    past the committed length, where the next tokens overwrite them."""
+    """A prefill chunk padded up to its graph bucket writes the same committed keys as the eager
+    prefill, and the next pass sees the same context: padding rows come after every real row,
+    and their keys land past the committed length, where the next tokens overwrite them.
+
+    Same prompt, same bits: a bucketed chunk runs through its bucket from its first use (never
+    once at its own shape and later at the padded one), so the session's second prefill of the
+    prompt writes exactly the keys of its first (issue 31: a runtime that had prefilled a chunk
+    of the same shape before gave other tokens than a fresh one)."""
     eager, bucketed = runtimes
     ids = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n")
     R = len(ids) - 1
@@ -97,12 +101,13 @@ def test_bucketed_prefill_equals_eager(runtimes, tokenizer) -> None:
     outs, kvs = [], []
     for rt in (eager, bucketed):
         ses = rt.session(len(ids) + 40)
-        ses.prefill(ids[:-1])                   # bucketed: eager, the shape's first chunk
+        ses.prefill(ids[:-1])
         if rt is bucketed:
-            assert (31, 32) in ses._prefill_seen
+            assert (31, 32) in ses._prefills and ses.length == R     # the bucket, first use
+            first = ses.cache.kv[:, :, :, :R].clone()
             ses.truncate(0)
-            ses.prefill(ids[:-1])               # its second: the 31-row bucket
-            assert (31, 32) in ses._prefills and ses.length == R
+            ses.prefill(ids[:-1])               # its second use
+            assert torch.equal(ses.cache.kv[:, :, :, :R], first)
         kvs.append(ses.cache.kv[:, :, :, :R].clone())
         outs.append(ses.verify([ids[-1]], *chain(1)))
         ses.close()
