@@ -1,17 +1,20 @@
 """`specscope doctor`: what a ROCm or CUDA user runs first.
 
 One line per check, `ok` / `FAIL` / `skip`, each failure with its fix; exit 0 only when every
-check that ran passed (a check is skipped only when it cannot apply: `--device cpu`, or the
-GPU checks after "torch sees no GPU" has failed).
+check that ran passed. A check is skipped only when it cannot apply: the GPU checks on a
+machine where torch sees no GPU (a CPU-only torch build, or no card) or with `--device cpu`;
+each skip line says what it would check and how to get there. The gpu check FAILs only when
+the user asked for the GPU (`--device cuda`).
 
     torch    the build (ROCm / CUDA / CPU only) and its HIP or CUDA version
     gpu      the GPU torch sees: name, gfx arch or compute capability, memory
     triton   installed, and the target it compiles for on that GPU
     kernel   each Triton launcher of the engine (engine.model.kernel_catalog), run on tiny
-             inputs on the GPU and checked against torch (every packed type and dtype, row
-             invariance bit for bit)
+             inputs on the GPU and checked against float64 references computed on the CPU
+             (every packed type and dtype), and row invariance bit for bit
     graphs   a packed matmul captured in a CUDA/HIP graph replays to the eager result
-    model    the bundled model loads on the device and decodes a few tokens (on the CPU too)
+    model    the bundled model (or --model) loads on the device and decodes a few tokens
+             (on the CPU when there is no GPU)
 
 `specscope doctor --compile-for gfx1100,gfx1151,gfx1201` compiles every kernel of the catalog
 for the named targets with no GPU (Triton's AMD and NVIDIA backends compile ahead of time on
@@ -29,6 +32,7 @@ import traceback
 from engine.errors import ParameterError
 
 CPU_TOKENS = 8
+NAME = 34           # the check-name column ("kernel: packed matmul, int8 path" fits)
 
 
 def add_doctor_args(p: argparse.ArgumentParser) -> None:
@@ -47,11 +51,16 @@ class _Report:
         self.failed = 0
 
     def line(self, status: str, name: str, detail: str, fix: str = "") -> None:
-        print(f"{status:<5} {name:<26} {detail}", flush=True)
+        print(f"{status:<5} {name:<{NAME}} {detail}", flush=True)
         if status == "FAIL":
             self.failed += 1
             if fix:
-                print(f"{'':<5} {'':<26} fix: {fix}", flush=True)
+                print(f"{'':<5} {'':<{NAME}} fix: {fix}", flush=True)
+
+    def finish(self) -> int:
+        """The last line, and the exit status: 0 when no check failed."""
+        print("all checks passed" if not self.failed else f"{self.failed} check(s) failed")
+        return 0 if not self.failed else 1
 
 
 def run_doctor(a: argparse.Namespace) -> int:
@@ -66,6 +75,17 @@ def run_doctor(a: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 # on this machine
 
+GPU_BUILDS = ('a ROCm build of torch for an AMD card: make run TORCH="torch --index-url '
+              'https://download.pytorch.org/whl/rocm6.4"; a CUDA build for an NVIDIA card: '
+              'make run TORCH="torch --index-url https://download.pytorch.org/whl/cu128" '
+              '(README, set-up)')
+WOULD_CHECK = {
+    "triton": "would check that Triton compiles for the card",
+    "kernels": "would run each Triton kernel (packed and dense matmul, attention, the fused "
+               "layer) on the card against float64 references",
+    "graphs": "would capture a packed matmul in a CUDA/HIP graph and replay it",
+}
+
 
 def checks(device: str, dtype: str, weights: str, model: str | None) -> int:
     import torch
@@ -73,40 +93,54 @@ def checks(device: str, dtype: str, weights: str, model: str | None) -> int:
     hip, cuda = getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None)
     build = f"ROCm {hip}" if hip else f"CUDA {cuda}" if cuda else "CPU only"
     r.line("ok", "torch", f"{torch.__version__}, {build} build")
-    gpu = _gpu_line(r, device, hip, cuda)
-    dev = torch.device("cuda") if gpu else None
-    if dev is not None and _triton_line(r):
-        _kernel_lines(r, dev)
-        _graph_line(r, dev)
-    elif dev is None:
-        why = "--device cpu" if device == "cpu" else "no GPU"
-        for name in ("triton", "kernels on the GPU", "graphs"):
-            r.line("skip", name, f"{why}; compile for your card without one: "
-                                 "specscope doctor --compile-for gfx1201")
-    _model_line(r, "cuda" if dev is not None else "cpu", dtype, weights, model)
-    print(f"{'all checks passed' if not r.failed else f'{r.failed} check(s) failed'}")
-    return 0 if not r.failed else 1
+    gpu, why = _gpu_line(r, device, hip, cuda)
+    if gpu:
+        dev = torch.device("cuda")
+        if _triton_line(r):
+            _kernel_lines(r, dev)
+            _graph_line(r, dev)
+        else:
+            for name in ("kernels", "graphs"):
+                r.line("skip", name, f"needs Triton (above); {WOULD_CHECK[name]}")
+        _model_line(r, "cuda", dtype, weights, model)
+    else:
+        hint = ("leave --device out to check the GPU" if device == "cpu" else
+                "`specscope doctor --compile-for gfx1201` (your card's target) compiles the "
+                "kernels for it on this machine")
+        for name in ("triton", "kernels", "graphs"):
+            r.line("skip", name, f"{why}: {WOULD_CHECK[name]}" + (f"; {hint}" if name == "triton" else ""))
+        if device == "cuda":
+            r.line("skip", "model on the GPU", "no GPU (above); `--device cpu` checks the CPU path")
+        else:
+            _model_line(r, "cpu", dtype, weights, model)
+    return r.finish()
 
 
-def _gpu_line(r: _Report, device: str, hip, cuda) -> bool:
+def _gpu_line(r: _Report, device: str, hip, cuda) -> tuple[bool, str]:
+    """(a GPU to check, why not). No GPU is a failure only when the user asked for one."""
     import torch
     if device == "cpu":
-        r.line("skip", "gpu", "--device cpu")
-        return False
+        r.line("skip", "gpu", "--device cpu: would check the GPU torch sees")
+        return False, "--device cpu"
     if not torch.cuda.is_available():
-        fix = ("this torch is a CPU build: install a ROCm build, e.g. make run TORCH=\"torch "
-               "--index-url https://download.pytorch.org/whl/rocm6.4\" (README, ROCm)"
-               if not (hip or cuda) else
-               "the driver does not expose a GPU to torch: check that rocminfo (ROCm) or "
-               "nvidia-smi (CUDA) lists it, that your user is in the render/video groups, "
-               "and HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES")
-        r.line("FAIL", "gpu", "torch sees no GPU", fix)
-        return False
+        if not (hip or cuda):
+            why = "this torch is a CPU-only build"
+            fix = f"install {GPU_BUILDS}"
+        else:
+            why = f"this {'ROCm' if hip else 'CUDA'} build of torch sees no GPU"
+            fix = ("check that rocminfo (ROCm) or nvidia-smi (CUDA) lists the card, that your "
+                   "user is in the render and video groups, and HIP_VISIBLE_DEVICES / "
+                   "CUDA_VISIBLE_DEVICES")
+        if device == "cuda":
+            r.line("FAIL", "gpu", f"--device cuda, but {why}", fix)
+        else:
+            r.line("skip", "gpu", f"{why}: would check the GPU (name, arch, memory); to get one: {fix}")
+        return False, "no GPU"
     p = torch.cuda.get_device_properties(0)
     arch = getattr(p, "gcnArchName", "") if hip else f"sm_{p.major}{p.minor}"
     r.line("ok", "gpu", f"{p.name}, {arch}, {p.total_memory / 2**30:.0f} GiB, "
                         f"{p.multi_processor_count} {'CUs' if hip else 'SMs'}")
-    return True
+    return True, ""
 
 
 def _triton_line(r: _Report) -> bool:
@@ -124,9 +158,11 @@ def _triton_line(r: _Report) -> bool:
     return True
 
 
-def _kernel_lines(r: _Report, dev) -> None:
-    from engine.model.kernel_catalog import SITES
-    for site in SITES:
+def _kernel_lines(r: _Report, dev, sites=None) -> None:
+    """One line per site of the kernel catalog (`sites`: SITES)."""
+    if sites is None:
+        from engine.model.kernel_catalog import SITES as sites
+    for site in sites:
         t0 = time.perf_counter()
         try:
             cases = site.smoke(dev)
@@ -135,45 +171,55 @@ def _kernel_lines(r: _Report, dev) -> None:
                    "run `specscope doctor --compile-for <your gfx arch>` and report both "
                    "outputs; meanwhile --weights dequantized avoids the packed kernels")
             continue
-        if not cases:
-            r.line("skip", f"kernel: {site.name}", "opt-in path, checked with the packed matmul")
-            continue
-        worst, bad = 0.0, []
-        for label, got, want, tol in cases:
-            err = _rel_err(got, want)
-            worst = max(worst, err if tol else 0.0)
-            if not err <= tol:
-                bad.append(f"{label}: error {err:.1e} > {tol:.0e}")
-        if bad:
-            r.line("FAIL", f"kernel: {site.name}", f"{len(bad)} of {len(cases)} wrong: {bad[0]}",
-                   "report this line with `specscope doctor` output; --weights dequantized "
-                   "avoids the packed kernels meanwhile")
-        else:
-            r.line("ok", f"kernel: {site.name}", f"{len(cases)} checks vs torch, worst error "
-                   f"{worst:.1e}, rows bit-identical ({time.perf_counter() - t0:.1f} s)")
+        judge_kernel(r, site.name, cases, time.perf_counter() - t0)
 
 
-def _graph_line(r: _Report, dev) -> None:
+def judge_kernel(r: _Report, name: str, cases, seconds: float) -> None:
+    """The report line of one site's smoke cases [(label, got, want, tolerance)]: FAIL when
+    any error (relative to want's largest magnitude) is over its tolerance, or not finite."""
+    if not cases:
+        r.line("skip", f"kernel: {name}", "no check of its own: its kernel runs in another "
+                                          "kernel check above")
+        return
+    worst, bad = 0.0, []
+    for label, got, want, tol in cases:
+        err = _rel_err(got, want)
+        worst = max(worst, err if tol else 0.0)
+        if not err <= tol:                    # NaN fails too
+            bad.append(f"{label}: error {err:.1e} > {tol:.0e}" if tol else
+                       f"{label}: not bit-identical (error {err:.1e})")
+    if bad:
+        r.line("FAIL", f"kernel: {name}", f"{len(bad)} of {len(cases)} wrong: {bad[0]}",
+               "report this line with `specscope doctor` output; --weights dequantized "
+               "avoids the packed kernels meanwhile")
+    else:
+        r.line("ok", f"kernel: {name}", f"{len(cases)} checks vs float64, worst error "
+               f"{worst:.1e}, rows bit-identical ({seconds:.1f} s)")
+
+
+def _graph_line(r: _Report, dev, matmul=None) -> None:
+    """`matmul(x, w)`: packed_linear (a test passes one whose replay cannot match)."""
     import torch
     from engine.model.kernel_catalog import random_packed
-    from engine.weights import packed_linear
+    if matmul is None:
+        from engine.weights import packed_linear as matmul
     try:
         w, _ = random_packed("Q4_K", 256, 512)
         w = w.to(dev)
         x = torch.randn(4, 512, device=dev, dtype=torch.bfloat16)
-        eager = packed_linear(x, w)
+        matmul(x, w)
         s = torch.cuda.Stream(dev)
         s.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(s):
-            packed_linear(x, w)
+            matmul(x, w)
         torch.cuda.current_stream(dev).wait_stream(s)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            out = packed_linear(x, w)
+            out = matmul(x, w)
         x.copy_(torch.randn_like(x))
         g.replay()
         torch.cuda.synchronize(dev)
-        ok = torch.equal(out, packed_linear(x, w))
+        ok = torch.equal(out, matmul(x, w))
     except Exception as e:  # noqa: BLE001
         r.line("FAIL", "graphs", f"capture or replay failed: {_short(e)}",
                "update the GPU driver / ROCm; decoding still works without graphs, slower")

@@ -9,8 +9,12 @@ issues ``kernel[grid](...)``) with
   picks on that target (the launcher's own configuration function enumerates them, never a copy
   of its rules); ``engine.model.kernel_aot.record`` captures the launches they issue, so the
   compile check sees exactly the kernels, constexprs and options a real call launches;
-* ``smoke(device)``: the launcher on tiny real inputs, with the torch reference it must match
-  (the doctor runs it on the user's card).
+* ``smoke(device, dtypes=DTYPES)``: the launcher on tiny real inputs, with the reference it
+  must match (the doctor runs it on the user's card). References are computed in float64 on
+  the CPU from the same (rounded) inputs, by plain torch ops that share no code with the
+  engine's CPU paths, so a check never depends on how this CPU rounds float32 products
+  (oneDNN's bfloat16 mode on AMX / AVX512-BF16 CPUs, measured off by ~1e-2). ``dtypes`` picks
+  the activation dtypes checked (the Triton interpreter's ``tl.dot`` cannot do bfloat16).
 
 ``scope`` (each config function's docstring says exactly what it yields):
 
@@ -34,8 +38,9 @@ Adding a kernel
    your launcher on meta tensors for one configuration (use ``_meta`` and, for sizes, your
    launcher's configuration function with ``target.units``; float32 launches pick their dot
    precision through ``engine.weights.dot_precision.ieee_code``, and ``triton_dot.dot_f32``
-   issues the dot); and ``_my_smoke(device)`` returning ``[(label, got, want, tolerance)]``
-   (tolerance relative to ``want``'s largest magnitude; 0 means bit for bit).
+   issues the dot); and ``_my_smoke(device, dtypes=DTYPES)`` returning
+   ``[(label, got, want, tolerance)]`` (tolerance relative to ``want``'s largest magnitude;
+   0 means bit for bit; ``want`` a float64 reference, or another launch for invariance).
 3. Append ``Site("my kernel", _my_configs, _my_smoke)`` to ``SITES``.
 ``test_every_launched_kernel_is_in_the_catalog`` scans ``engine/`` for ``name[grid](`` launches
 of ``@triton.jit`` kernels and fails until each one shows up in some site's recorded launches.
@@ -76,7 +81,19 @@ Smoke = list[tuple[str, torch.Tensor, torch.Tensor, float]]
 class Site:
     name: str
     configs: Callable[[Target, str], Iterator[tuple[str, Call]]]
-    smoke: Callable[[torch.device], Smoke]
+    smoke: Callable[..., Smoke]         # smoke(device, dtypes=DTYPES)
+
+
+def _no_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
+    """No check of its own: its kernel runs in another site's smoke (the int8 path in the
+    packed matmul's, the dense prefill unpack in the fused layer's)."""
+    return []
+
+
+def _tolerances(dtypes) -> list[tuple[torch.dtype, float]]:
+    """(dtype, relative tolerance) of the smoke checks, for the dtypes asked for."""
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+    return [(d, tol[d]) for d in DTYPES if d in dtypes]
 
 
 def _meta(*shape, dtype=torch.float32) -> torch.Tensor:
@@ -201,7 +218,7 @@ def random_packed(qtype: str, n: int, k: int, seed: int = 0):
     return w, dequantize_packed(w)
 
 
-def _packed_smoke(device: torch.device) -> Smoke:
+def _packed_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
     from engine.weights import triton_kernels as tk
     out = []
     g = torch.Generator().manual_seed(1)
@@ -209,18 +226,20 @@ def _packed_smoke(device: torch.device) -> Smoke:
         w, ref = random_packed(qtype, 96, 512)
         w = w.to(device)
         x = torch.randn(17, 512, generator=g)
-        for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 5e-3)):
+        for dtype, tol in _tolerances(dtypes):
             xd = x.to(device, dtype)
-            want = xd.float().cpu() @ ref.T
+            want = xd.cpu().double() @ ref.double().T
             got = tk.packed_matmul(xd, w)
             out.append((f"{qtype} {_dt(dtype)} 17 rows", got.float().cpu(), want, tol))
             one = tk.packed_matmul(xd[16:17], w)     # a row alone equals it in the 17-row call
             out.append((f"{qtype} {_dt(dtype)} row 16 alone", one.float().cpu(),
                         got[16:17].float().cpu(), 0.0))
-    w, ref = random_packed("Q4_K", 40, 1024, seed=5)
-    xd = torch.randn(5, 1024, generator=g).to(device, torch.float16)
-    got = tk.packed_matmul(xd, w.to(device), splits=2, I8=1)
-    out.append(("Q4_K int8 float16 split K", got.float().cpu(), xd.float().cpu() @ ref.T, 2e-3))
+    if torch.float16 in dtypes:
+        w, ref = random_packed("Q4_K", 40, 1024, seed=5)
+        xd = torch.randn(5, 1024, generator=g).to(device, torch.float16)
+        got = tk.packed_matmul(xd, w.to(device), splits=2, I8=1)
+        out.append(("Q4_K int8 float16 split K", got.float().cpu(),
+                    xd.cpu().double() @ ref.double().T, 2e-3))
     return out
 
 
@@ -243,14 +262,14 @@ def _dense_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                                                                    _meta(n, k, dtype=d)))
 
 
-def _dense_smoke(device: torch.device) -> Smoke:
+def _dense_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
     from engine.weights.triton_dense import dense_matmul
     g = torch.Generator().manual_seed(2)
     x, w = torch.randn(17, 200, generator=g), torch.randn(96, 200, generator=g)
     out = []
-    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 5e-3)):
+    for dtype, tol in _tolerances(dtypes):
         xd, wd = x.to(device, dtype), w.to(device, dtype)
-        want = xd.float().cpu() @ wd.float().cpu().T
+        want = xd.cpu().double() @ wd.cpu().double().T
         got = dense_matmul(xd, wd)
         out.append((f"{_dt(dtype)} 17x200 @ 200x96", got.float().cpu(), want, tol))
         out.append((f"{_dt(dtype)} row 5 alone", dense_matmul(xd[5:6], wd).float().cpu(),
@@ -295,8 +314,27 @@ def _attention_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                     yield f"{_dt(dtype)} heads {hq}/{hkv}x{d} cache {cap} rows {rows}", call
 
 
-def _attention_smoke(device: torch.device) -> Smoke:
-    from engine.model.attention import ancestor_table, layout_attention, WindowLayout
+def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int,
+                        visible: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v in float64 on the CPU, textbook style (one masked softmax
+    over every score): what a window row attends to, written independently of
+    engine.model.attention. q [R, Hq, D]; k, v [Hkv, C, D] with the committed keys at slots
+    0..n-1 and window row a at slot n + a; visible [R, R] bool: row r sees window row a (its
+    ancestors and itself). Query head h reads kv head h // (Hq / Hkv). Returns [R, Hq, D]."""
+    R, Hq, D = q.shape
+    G = Hq // k.shape[0]
+    S = n + R
+    mask = torch.ones(R, S, dtype=torch.bool)
+    mask[:, n:] = visible.cpu()
+    kk = k[:, :S].cpu().double().repeat_interleave(G, dim=0)              # [Hq, S, D]
+    vv = v[:, :S].cpu().double().repeat_interleave(G, dim=0)
+    scores = torch.einsum("rhd,hsd->rhs", q.cpu().double(), kk) / D ** 0.5
+    scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+    return torch.einsum("rhs,hsd->rhd", torch.softmax(scores, dim=-1), vv)
+
+
+def _attention_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
+    from engine.model.attention import WindowLayout, ancestor_table
     from engine.model.triton_attention import layout_attention_triton
     g = torch.Generator().manual_seed(3)
     R, hq, hkv, d, cap, n = 5, 8, 2, 64, 512, 300
@@ -311,14 +349,14 @@ def _attention_smoke(device: torch.device) -> Smoke:
     anc = ancestor_table(depths, anc_mask)
     q = torch.randn(R, hq, d, generator=g)
     kv = torch.randn(2, hkv, cap, d, generator=g)
-    lay = WindowLayout(n, torch.tensor(depths), anc)
     out = []
-    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2), (torch.float16, 5e-3)):
+    for dtype, tol in _tolerances(dtypes):
         qd, kvd = q.to(device, dtype), kv.to(device, dtype)
-        dl = WindowLayout(torch.tensor(n, device=device), lay.depth.to(device), anc.to(device))
+        dl = WindowLayout(torch.tensor(n, device=device), torch.tensor(depths, device=device),
+                          anc.to(device))
         got = layout_attention_triton(qd, kvd[0], kvd[1], dl)
-        ref = layout_attention(qd.float().cpu(), kvd[0].float().cpu(), kvd[1].float().cpu(), lay)
-        out.append((f"{_dt(dtype)} tree of {R} rows at {n}", got.float().cpu(), ref, tol))
+        want = attention_reference(qd, kvd[0], kvd[1], n, anc_mask)
+        out.append((f"{_dt(dtype)} tree of {R} rows at {n}", got.float().cpu(), want, tol))
         # the deepest row (4: rows 0, 1, 3 its ancestors) alone, one row after those three
         # were committed at slots n..n+2: the same keys, other slots, a 1-row layout
         one = WindowLayout(torch.tensor(n + 3, device=device), torch.zeros(1, dtype=torch.long,
@@ -415,23 +453,35 @@ def _unpack_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                                                              _meta(64, 512, dtype=d)))
 
 
-def _fused_smoke(device: torch.device) -> Smoke:
+def swiglu_reference(ws: torch.Tensor, hb: int) -> torch.Tensor:
+    """silu(gate) * up in float64 from the partials ws [S, M, N] of a gate|up product whose
+    columns are interleaved in blocks of hb (block b: gate columns b*hb.., then up columns
+    b*hb..): [M, N / 2], what engine.model.triton_fused.reduce_swiglu computes."""
+    S, m, n = ws.shape
+    blocks = ws.cpu().double().sum(0).view(m, n // (2 * hb), 2, hb)
+    gate, up = blocks[:, :, 0].reshape(m, n // 2), blocks[:, :, 1].reshape(m, n // 2)
+    return torch.nn.functional.silu(gate) * up
+
+
+def _fused_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
+    """float32 (the layer's kernels take the activations' dtype; float32 reaches each)."""
+    if torch.float32 not in dtypes:
+        return []
     from engine.model import triton_fused as tf
     from engine.weights import triton_kernels as tk
     from engine.weights.triton_unpack import DENSE_TYPES, dequantize_dense
     g = torch.Generator().manual_seed(4)
     out = []
     x, ws, w = torch.randn(3, 256, generator=g), torch.randn(2, 3, 256, generator=g), torch.rand(256, generator=g)
-    want_x = x + ws[0] + ws[1]
-    want_h = want_x * torch.rsqrt(want_x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    want_x = x.double() + ws[0].double() + ws[1].double()
+    want_h = want_x * torch.rsqrt(want_x.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
     xd, hd = x.to(device), torch.empty(3, 256, device=device)
     tf.residual_norm(ws.to(device), xd, hd, w.to(device), 1e-6)
     out += [("residual + norm: x", xd.cpu(), want_x, 1e-5), ("residual + norm: h", hd.cpu(), want_h, 1e-5)]
-    gu = torch.randn(1, 2, 128, generator=g)             # interleaved blocks of 32
-    gate = gu.view(2, 4, 2, 32)[:, :, 0].reshape(2, 128)
-    up = gu.view(2, 4, 2, 32)[:, :, 1].reshape(2, 128)
-    got = tf.reduce_swiglu(gu.to(device), 32, torch.empty(2, 64, device=device))
-    out.append(("SwiGLU of interleaved partials", got.cpu(), (torch.nn.functional.silu(gate) * up)[:, :64], 1e-5))
+    # gate|up partials [S=2, M=2, N=256] interleaved in blocks of 32 (4 blocks of gate, 4 of up)
+    gu = torch.randn(2, 2, 256, generator=g)
+    got = tf.reduce_swiglu(gu.to(device), 32, torch.empty(2, 128, device=device))
+    out.append(("SwiGLU of interleaved partials", got.cpu(), swiglu_reference(gu, 32), 1e-5))
     for qtype in DENSE_TYPES:
         pw, ref = random_packed(qtype, 32, 512)
         got = dequantize_dense(pw.to(device), torch.empty(32, 512, device=device))
@@ -439,7 +489,7 @@ def _fused_smoke(device: torch.device) -> Smoke:
     pw, ref = random_packed("Q4_K", 64, 512, seed=6)
     xs = torch.randn(2, 512, generator=g).to(device)
     y = tk.packed_partials(xs, pw.to(device)).sum(0).cpu()
-    out.append(("packed partials Q4_K", y, xs.cpu() @ ref.T, 1e-5))
+    out.append(("packed partials Q4_K", y, xs.cpu().double() @ ref.double().T, 1e-5))
     return out
 
 
@@ -447,11 +497,11 @@ def _fused_smoke(device: torch.device) -> Smoke:
 
 SITES = (
     Site("packed matmul", _packed_configs, _packed_smoke),
-    Site("packed matmul, int8 path", _i8_configs, lambda device: []),
+    Site("packed matmul, int8 path", _i8_configs, _no_smoke),
     Site("dense matmul", _dense_configs, _dense_smoke),
     Site("attention", _attention_configs, _attention_smoke),
     Site("fused layer", _fused_configs, _fused_smoke),
-    Site("dense prefill unpack", _unpack_configs, lambda device: []),
+    Site("dense prefill unpack", _unpack_configs, _no_smoke),
 )
 
 
