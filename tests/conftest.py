@@ -94,3 +94,42 @@ def pytest_configure(config):
     # here); one thread keeps the suite's time predictable.
     import torch
     torch.set_num_threads(1)
+    config.addinivalue_line(
+        "markers", "model: loads a model, compiles a kernel or starts a Python child "
+                   "(left out by make test-fast)")
+    import fast_tier
+    distributing = config.getoption("dist", "no") != "no" and not hasattr(config, "workerinput")
+    if fast_tier.enabled() and not distributing:        # (xdist's workers arm their own)
+        fast_tier.arm()
+
+
+# ---- the fast tier (`make test-fast`): tests/fast_tier.py says which tests are `model` ----------
+
+def pytest_collection_modifyitems(config, items):
+    import fast_tier
+    for item in items:
+        if fast_tier.needs_model(item):
+            item.add_marker(pytest.mark.model)
+    if fast_tier.enabled():
+        dropped = [i for i in items if i.get_closest_marker("model")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [i for i in items if not i.get_closest_marker("model")]
+
+
+def _fail_on_refusals():
+    """A refusal the code under test caught and turned into its own message still fails."""
+    import fast_tier
+    fast_tier.REFUSED.clear()
+    try:
+        result = yield
+    finally:
+        seen = fast_tier.REFUSED[:]
+        fast_tier.REFUSED.clear()
+    if seen:
+        raise fast_tier.FastTierRefusal(seen[0])
+    return result
+
+
+pytest_runtest_setup = pytest.hookimpl(wrapper=True)(_fail_on_refusals)
+pytest_runtest_call = pytest.hookimpl(wrapper=True)(_fail_on_refusals)
