@@ -107,6 +107,9 @@ def prompt_from_args(a: argparse.Namespace):
 def cmd_generate(a: argparse.Namespace) -> int:
     settings = settings_from_args(a)          # validate before the slow load
     prompt = prompt_from_args(a)
+    if a.check_exact:
+        from engine.speculation.exactness import require_greedy
+        require_greedy(settings)
     from engine.speculation.decoder import Decoder
     from engine.io.prompts import encode_prompt
     from engine.session import draft_opener, open_runtime
@@ -122,8 +125,11 @@ def cmd_generate(a: argparse.Namespace) -> int:
         print(f"specscope: {dec.notice}", file=sys.stderr)
     if quiet:
         report = dec.run()
+        verdict = _check_exact(a, rt, ids, settings, report["tokens"], quiet)
+        if verdict is not None:
+            report["check_exact"] = verdict.to_dict()
         print(json.dumps(report, ensure_ascii=False))
-        return 0
+        return 0 if verdict is None else verdict.exit_status
     shown = ""
     for _ in dec.windows():
         text = rt.tokenizer.decode(dec.new_tokens, skip_special_tokens=True)
@@ -137,7 +143,22 @@ def cmd_generate(a: argparse.Namespace) -> int:
                                       "wall_s", "load_s", "finish_reason", "device", "dtype",
                                       "activation_dtype", "weight_format")}
     print(json.dumps(summary), file=sys.stderr)
-    return 0
+    verdict = _check_exact(a, rt, ids, settings, report["tokens"], quiet)
+    if verdict is None:
+        return 0
+    print(f"check-exact: {verdict.verdict}")
+    return verdict.exit_status
+
+
+def _check_exact(a: argparse.Namespace, rt, ids, settings, tokens, quiet: bool):
+    """--check-exact: the same prompt decoded plainly (same runtime, draft none, greedy) and
+    compared with the run's tokens (engine.speculation.exactness); None without the flag."""
+    if not a.check_exact:
+        return None
+    from engine.speculation.exactness import check_exact
+    if not quiet:
+        print("specscope: check-exact: decoding the prompt plainly to compare", file=sys.stderr)
+    return check_exact(rt, ids, settings, tokens)
 
 
 def cmd_roofline(a: argparse.Namespace) -> int:
@@ -200,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(g, top=False)
     add_decode_args(g)
     g.add_argument("--json", action="store_true", help="print one JSON report")
+    g.add_argument("--check-exact", action="store_true",
+                   help="after the run, decode the prompt plainly (draft none, greedy) and compare: "
+                        "'identical to plain decoding' or where it first differs; exit status 3 "
+                        "on a difference (greedy only)")
     g.set_defaults(func=cmd_generate)
     r = sub.add_parser("roofline", help="measure verify cost vs rows; write a device profile")
     add_model_args(r, top=False)

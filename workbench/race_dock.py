@@ -4,6 +4,10 @@ How the device is shared: the two take turns on the one device, window by window
 has used less device time so far runs its next window (engine.tuning.race), so both always
 have had about the same share. tok/s counts each side's own device time. The bar under each
 output is the run toward the finish line (the prompt's max tokens); the first across wins.
+
+The line under the race is the exactness watch (engine.speculation.exactness): where one side
+is plain greedy decoding (`ar`), the other side's tokens against it, "identical to plain
+decoding" or where they first differ; otherwise why there is no check.
 """
 
 from __future__ import annotations
@@ -75,11 +79,13 @@ class RaceDock(JobDock):
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
         self.result = ElidedLabel("")      # a long verdict is cut (whole in its tooltip), never widens the dock
+        self.exact = ElidedLabel("")       # the exactness watch's verdict
+        self.exact.setObjectName("muted")
         note = QLabel(SHARING)
         note.setObjectName("muted")
         note.setWordWrap(True)
         column(self, row(self.start_button, self.stop_button, (self.result, 1)),
-               (row((self.lanes[0], 1), (self.lanes[1], 1)), 1), note)
+               (row((self.lanes[0], 1), (self.lanes[1], 1)), 1), self.exact, note)
         self._latest: dict[int, Any] = {}
         self._timer = QTimer(self)             # coalesce: at most ~20 redraws a second
         self._timer.setInterval(50)
@@ -106,6 +112,7 @@ class RaceDock(JobDock):
         self.report = None
         self._latest = {}
         self.result.setText("racing…")
+        self._show_exact_plan(a, b)
         self.run_job(race_job(prompt, a, b, profile))
         self._timer.start()
         return True
@@ -131,6 +138,10 @@ class RaceDock(JobDock):
         self._draw()
         self._timer.stop()
         self.report = report
+        if report is None:
+            self._set_exact("", None)
+        else:
+            self._show_exact(report)
         if report is None or report["winner"] is None:
             self.result.setText("stopped")
         else:
@@ -140,9 +151,31 @@ class RaceDock(JobDock):
                                 f"and {s[1]['new_tokens']} tokens")
         self.finished.emit(report)
 
+    def _show_exact_plan(self, a, b) -> None:
+        from engine.speculation.exactness import reference_side
+        ref, why = reference_side((a, b))
+        self._set_exact(why if ref is None else
+                        f"exactness: {'AB'[1 - ref]} is compared with plain decoding ({'AB'[ref]}) "
+                        "when the race ends", None)
+
+    def _set_exact(self, text: str, identical: bool | None) -> None:
+        color = theme.MUTED if identical is None else theme.GREEN if identical else theme.RED
+        self.exact.setStyleSheet(f"color: {color};")
+        self.exact.setText(text)
+
+    def _show_exact(self, report) -> None:
+        v = report.get("check_exact")
+        if v is None:
+            self._set_exact(report.get("check_exact_why", ""), None)
+            return
+        ref = report["reference"]
+        self._set_exact(f"exactness, {'AB'[1 - ref]} vs plain {'AB'[ref]}: {v['verdict']}",
+                        v["identical"])
+
     def on_failed(self, message: str) -> None:
         self._timer.stop()
         self.result.setText("failed")
+        self._set_exact("", None)
         self.finished.emit(None)
 
     def update_buttons(self) -> None:

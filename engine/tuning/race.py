@@ -9,6 +9,12 @@ it), the figure it would show running alone, up to the cost of switching.
 
 Each side's decoder holds its own session on the runtime (engine.model.runtime.Session: its own
 KV cache and, on a GPU, its own captured graphs).
+
+The exactness watch: where one side is plain greedy decoding (`ar`) and the other greedy too, the
+report's `check_exact` compares the other side's tokens with the plain side's
+(engine.speculation.exactness); the plain side's per-step top k is recorded as it runs (on the
+fast path: logits, no probabilities). Otherwise `check_exact` is None and `check_exact_why`
+says why.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from engine.model.runtime import Runtime
 from engine.session import draft_opener
 from engine.speculation.decoder import Decoder
 from engine.speculation.events import WindowEvent
+from engine.speculation.exactness import StepRecorder, compare, reference_side
 from engine.speculation.settings import DecodeSettings
 
 
@@ -40,10 +47,10 @@ class RaceUpdate:
 
 class _Side:
     def __init__(self, rt: Runtime, ids: list[int], settings: DecodeSettings,
-                 stop: threading.Event, profile) -> None:
+                 stop: threading.Event, profile, on_verify=None) -> None:
         self.decoder = Decoder(rt, ids, settings, stop=stop, detail=False,
                                profile=profile if settings.adaptive else None,
-                               open_model=draft_opener(rt))
+                               open_model=draft_opener(rt), on_verify=on_verify)
         self.windows = self.decoder.windows()
         self.device_s = 0.0
         self.finished = False
@@ -54,7 +61,11 @@ class Race:
                  stop: threading.Event | None = None, profile=None) -> None:
         self.rt = rt
         self.stop = stop or threading.Event()
-        self.sides = [_Side(rt, prompt_ids, s, self.stop, profile) for s in (a, b)]
+        self.reference, self.check_exact_why = reference_side((a, b))
+        self.recorder = StepRecorder() if self.reference is not None else None
+        self.sides = [_Side(rt, prompt_ids, s, self.stop, profile,
+                            self.recorder if i == self.reference else None)
+                      for i, s in enumerate((a, b))]
         self.winner: int | None = None
 
     def _turn(self, i: int) -> WindowEvent | None:
@@ -96,8 +107,22 @@ class Race:
             for s in self.sides:
                 s.windows.close()
 
+    def exactness(self):
+        """The other side against the plain side (an exactness Verdict), or None (no plain
+        greedy side: `check_exact_why`)."""
+        if self.reference is None:
+            return None
+        plain = self.sides[self.reference].decoder
+        spec = self.sides[1 - self.reference].decoder
+        return compare(spec.new_tokens, plain.new_tokens, self.recorder.steps,
+                       self.rt.tokenizer.token_text)
+
     def report(self) -> dict[str, Any]:
+        verdict = self.exactness()
         return {"winner": self.winner,
+                "check_exact": verdict.to_dict() if verdict is not None else None,
+                "check_exact_why": self.check_exact_why,
+                "reference": self.reference,
                 "sides": [{"settings": s.decoder.settings.to_dict(), "new_tokens": len(s.decoder.new_tokens),
                            "device_s": round(s.device_s, 4), "windows": s.decoder.windows_done,
                            "finish_reason": s.decoder.finish_reason} for s in self.sides]}
