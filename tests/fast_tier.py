@@ -70,6 +70,7 @@ MODEL_TESTS: dict[str, tuple[str, ...]] = {
         "test_bad_input_is_one_clear_line", "test_bad_prompt_file_and_overlong_prompt",
         "test_bad_weights_option_is_one_clear_line", "test_roofline_command_writes_a_valid_profile",
         "test_roofline_prices_a_draft_model_and_named_exit_layers"),
+    "tests/specscope/test_cli_check_exact.py": (),
     "tests/specscope/test_cli_hostile.py": (
         "test_a_prompt_that_fits_with_draft_none_runs", "test_dtype_before_the_subcommand_is_honoured",
         "test_prompt_file_that_is_a_folder_or_not_utf8", "test_roofline_context_beyond_the_model_names_context"),
