@@ -8,12 +8,14 @@ every following line is one `WindowEvent.to_dict()`; an optional last line
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from engine.errors import SpecscopeError
+from engine.io.jsonfile import read_jsonl
 from engine.speculation.events import WindowEvent
 
 from workbench.store import EventStore
@@ -51,7 +53,7 @@ def _check_type(value: Any, tp: Any, where: str) -> None:
     elif tp is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     elif tp is str:
         ok = isinstance(value, str)
     elif origin is dict or tp is dict:
@@ -159,30 +161,11 @@ def load_recording(path: str | Path) -> EventStore:
     """A recording's events, or one RecordingError: not a file, too large, not UTF-8 JSON
     Lines, no header, nested too deep, a field of the wrong type, a tree that is not one."""
     path = Path(path)
-    try:
-        if path.is_dir():
-            raise RecordingError(f"{path} is a folder; open a .jsonl recording saved by specscope")
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise RecordingError(f"{path} is {size:,} bytes, more than a recording holds "
-                                 f"(the limit is {MAX_BYTES:,})")
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise RecordingError(f"cannot read recording {path}: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise RecordingError(f"{path} is not a text file; open a .jsonl recording saved by specscope") from e
     store = EventStore()
     first = True
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj: Any = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise RecordingError(f"{path}, line {n}: not valid JSON ({e.msg}); "
-                                 "is this a recording saved by specscope?") from e
-        except RecursionError:
-            raise RecordingError(f"{path}, line {n}: JSON nested too deeply for a recording") from None
+    fix = "open a .jsonl recording saved by specscope"
+    for n, obj in read_jsonl(path, "a recording", shape=None, max_bytes=MAX_BYTES, error=RecordingError,
+                             fix=fix, finite=False):   # NaN in figures is ours; typed floats are checked
         if first:
             if not isinstance(obj, dict) or "specscope_recording" not in obj:
                 raise RecordingError(f"{path} has no specscope header on line {n}; "

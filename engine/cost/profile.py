@@ -18,11 +18,14 @@ from typing import Any, Iterable, Sequence
 from engine.assets import ASSETS
 from engine.cost.fit import CostFit, fit_points
 from engine.errors import ParameterError, SpecscopeError
+from engine.io.jsonfile import MiB, parse_json, read_json
 
 KINDS = ("measured", "roofline", "linear_fit")
 
 # Reference profiles ship next to the engine package in the source tree (assets/profiles/*.json).
 REFERENCE_DIR = ASSETS / "profiles"
+MAX_PROFILE_BYTES = 16 * MiB      # a profile is a few KB
+_REFRESH = "re-run `specscope roofline` to write a fresh one"
 
 # Break-even rows shown when a profile has no probed points of its own.
 DEFAULT_TABLE_ROWS = (2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -140,12 +143,9 @@ class CostProfile:
         return cls(points=points, fit=fit, extra=extra, **base)
 
     @classmethod
-    def from_json(cls, text: str) -> "CostProfile":
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SpecscopeError(f"cost profile is not valid JSON ({e}); re-run `specscope roofline`") from None
-        return cls.from_dict(d)
+    def from_json(cls, text: str, where: str = "cost profile") -> "CostProfile":
+        return cls.from_dict(parse_json(text, where, what="a cost profile", shape=dict, error=SpecscopeError,
+                                        fix=_REFRESH))
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -157,12 +157,8 @@ class CostProfile:
 
     @classmethod
     def load(cls, path: str | Path) -> "CostProfile":
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise SpecscopeError(f"cannot read cost profile {path}: {e.strerror}") from None
-        return cls.from_json(text)
+        return cls.from_dict(read_json(path, "a cost profile", shape=dict, max_bytes=MAX_PROFILE_BYTES,
+                                       error=SpecscopeError, fix=_REFRESH))
 
 
 def profile_from_points(points: Sequence[tuple[int, float]], *, id: str, device: str, model: str,

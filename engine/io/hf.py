@@ -7,7 +7,6 @@ memory-mapped file until the model builds it on its device.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,6 +14,7 @@ from typing import Any, Callable
 from engine.model.config import (ARCHITECTURES, INT_LIMITS, ModelConfig, RopeScaling, as_float, as_int,
                                  check_weight_shapes)
 from engine.errors import ModelLoadError
+from engine.io.jsonfile import read_json
 from engine.io.names import NameMap
 from engine.io.safetensors_file import SafetensorsFile
 from engine.io.tokenizer import Tokenizer
@@ -115,19 +115,9 @@ def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig
 
 
 def read_json_object(path: Path, what: str) -> dict:
-    """A JSON object from a model folder's file, or one ModelLoadError (missing, not UTF-8, not
-    JSON, nested too deep, not an object)."""
-    try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise ModelLoadError(f"{path}: {path.stat().st_size:,} bytes is too large for {what}.")
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelLoadError(f"{path}: cannot read {what} ({e}).") from e
-    except RecursionError:
-        raise ModelLoadError(f"{path}: cannot read {what} (JSON nested too deeply).") from None
-    if not isinstance(raw, dict):
-        raise ModelLoadError(f"{path}: {what} must be a JSON object, not a {type(raw).__name__}.")
-    return raw
+    """A JSON object from a model folder's file, or one ModelLoadError (engine.io.jsonfile:
+    missing, too large, not UTF-8, not JSON, nested too deep, non-finite, not an object)."""
+    return read_json(path, what, shape=dict, max_bytes=MAX_JSON_BYTES, error=ModelLoadError)
 
 
 def _rope_scaling(rope: dict, raw: dict, path: Path) -> RopeScaling:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from engine.assets import ASSETS
 from engine.errors import ParameterError
 from engine.io.chat import check_messages
+from engine.io.jsonfile import parse_json
 DEFAULT_PROMPT_FILE = ASSETS / "prompts" / "default.json"
 
 Prompt = str | list[dict[str, Any]]
@@ -47,12 +47,7 @@ def parse_chat_json(text: str, where: str = "the prompt") -> list[dict[str, Any]
     """Chat messages from JSON text: a list of {"role": ..., "content": ...} messages, or an
     object with a "messages" list; each message checked (engine.io.chat.check_messages). The one
     check for a .json prompt file and the window's prompt editor. `where` starts the messages."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ParameterError(f"{where} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except RecursionError:
-        raise ParameterError(f"{where}: its JSON is nested too deeply to be chat messages") from None
+    data = parse_json(text, where, what="chat messages", shape=None, error=ParameterError)
     messages = data.get("messages") if isinstance(data, dict) else data
     if not isinstance(messages, list) or not messages:
         raise ParameterError(

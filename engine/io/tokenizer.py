@@ -25,6 +25,10 @@ from tokenizers.models import BPE
 
 from engine.io.chat import render_chat_template
 from engine.errors import ModelLoadError
+from engine.io.jsonfile import MiB, check_file, read_json
+
+MAX_TOKENIZER_BYTES = 128 * MiB   # the largest real tokenizer.json files are ~35 MB
+MAX_CONFIG_BYTES = 16 * MiB       # config.json / generation_config.json: a few KB
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -223,6 +227,8 @@ class Tokenizer:
                    generation_config_json: str | Path | None = None, config_json: str | Path | None = None,
                    chat_template_jinja: str | Path | None = None) -> Tokenizer:
         """Build from an HF folder's files (only tokenizer.json is required)."""
+        check_file(tokenizer_json, "a tokenizer.json", max_bytes=MAX_TOKENIZER_BYTES, error=ModelLoadError,
+                   fix="download the model's tokenizer.json again")
         try:
             backend = tokenizers.Tokenizer.from_file(str(tokenizer_json))
         except Exception as e:  # tokenizers raises bare Exceptions for unreadable JSON
@@ -274,12 +280,10 @@ class Tokenizer:
 
 
 def _read_json(path: str | Path | None) -> dict:
-    if path is None or not Path(path).is_file():
+    """tokenizer_config.json, generation_config.json or config.json: {} when absent, else the
+    object engine.io.jsonfile reads (one ModelLoadError for anything bad, a non-object included)."""
+    if path is None or not Path(path).exists():
         return {}
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelLoadError(f"{path}: not valid JSON ({e}). Download the file again.") from e
-    except RecursionError:
-        raise ModelLoadError(f"{path}: JSON nested too deeply. Download the file again.") from None
-    return data if isinstance(data, dict) else {}
+    name = Path(path).name
+    return read_json(path, name, shape=dict, error=ModelLoadError, fix="download the file again",
+                     max_bytes=MAX_TOKENIZER_BYTES if name.startswith("tokenizer") else MAX_CONFIG_BYTES)

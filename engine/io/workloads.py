@@ -12,17 +12,19 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from engine.assets import ASSETS
 from engine.errors import ParameterError
+from engine.io.jsonfile import MiB
+from engine.io.jsonfile import read_jsonl as read_jsonl_lines
 
 WORKLOADS = ASSETS / "workloads"
 CODE_EDIT_FILE = WORKLOADS / "code_edit_prompts.jsonl"
 SPECBENCH_FILE = WORKLOADS / "specbench_questions.jsonl"
+MAX_WORKLOAD_BYTES = 256 * MiB   # Spec-Bench's 480 questions are ~0.5 MB
 SPECBENCH_CATEGORIES = ("summarization", "rag", "qa", "translation", "coding", "writing")
 
 
@@ -34,22 +36,12 @@ class WorkloadPrompt:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON object on each non-blank line of `path`."""
+    """The JSON object on each non-blank line of `path` (engine.io.jsonfile checks each line)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ParameterError(f"the workload file {path} is missing")
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ParameterError(f"{path}, line {n}: not valid JSON ({e})") from None
-        if not isinstance(row, dict):
-            raise ParameterError(f"{path}, line {n}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+    return [row for _, row in read_jsonl_lines(path, "a workload", shape=dict, max_bytes=MAX_WORKLOAD_BYTES,
+                                               error=ParameterError)]
 
 
 def code_edit_rows() -> list[dict[str, Any]]:

@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ParameterError
+from engine.io.jsonfile import MiB, read_json
 from engine.tuning.grid import Cell, parse_cell
 
 KIND = "specscope-sweep"
 VERSION = 1
+MAX_SWEEP_BYTES = 64 * MiB     # a sweep of a thousand cells is about a megabyte
 CSV_FIELDS = ("id", "draft", "depth", "width", "adaptive", "ar_floor", "rows", "status", "tok_s",
               "decode_tok_s", "tokens_per_pass", "ratio_to_ar", "predicted_ratio", "skip_reason")
 
@@ -68,11 +70,9 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
         p = p / "sweep.json"
     if not p.is_file():
         raise ParameterError(f"no sweep file at {p}: run `specscope sweep --out DIR` first")
-    try:
-        d = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ParameterError(f"{p} is not valid JSON ({e})") from None
-    if not isinstance(d, dict) or d.get("kind") != KIND or not isinstance(d.get("cells"), list):
+    d = read_json(p, "a sweep file", shape=dict, max_bytes=MAX_SWEEP_BYTES, error=ParameterError,
+                  fix="run `specscope sweep --out DIR` again")
+    if d.get("kind") != KIND or not isinstance(d.get("cells"), list):
         raise ParameterError(f"{p} is not a specscope sweep (no \"kind\": \"{KIND}\" with a cell list)")
     if d.get("version") != VERSION:
         raise ParameterError(f"{p} is a version {d.get('version')} sweep; this specscope reads version {VERSION}")

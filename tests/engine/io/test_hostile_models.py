@@ -107,7 +107,7 @@ def test_tokenizer_larger_than_the_embedding_is_refused(tmp_path) -> None:
 
 @pytest.mark.parametrize("config, raw, needles", [
     ({"hidden_size": "abc"}, None, ["hidden_size is 'abc'"]),
-    ({"hidden_size": NAN}, None, ["hidden_size is nan"]),
+    ({"hidden_size": NAN}, None, ["config.json", "holds NaN, which is not a finite number"]),
     ({"num_attention_heads": 0}, None, ["num_attention_heads is 0"]),
     ({"num_hidden_layers": 10 ** 12}, None, ["num_hidden_layers", "sane range"]),
     ({"rope_scaling": "linear"}, None, ["rope_scaling is 'linear'"]),
