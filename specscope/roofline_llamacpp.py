@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from engine.cost.llamacpp_bench import (LLAMA_BENCH_ROWS, bench_command, find_llama_bench,
+from engine.cost.llamacpp_bench import (LLAMA_BENCH_ROWS, LLAMA_BENCH_TIMEOUT_S, bench_command,
+                                        find_llama_bench,
                                         llamacpp_label, profile_from_llama_bench, run_llama_bench)
 from engine.cost.probe import cache_dir, resolve_profile
 from engine.cost.profile import CostProfile
@@ -31,6 +32,8 @@ def add_llamacpp_args(p: argparse.ArgumentParser) -> None:
                    help="--engine llamacpp: llama-bench -t (CPU threads; default llama-bench's)")
     p.add_argument("--llama-bench-args", default="",
                    help="--engine llamacpp: more llama-bench flags, e.g. \"-ngl 99 -fa 1\"")
+    p.add_argument("--llama-bench-timeout", type=float, default=None, metavar="SECONDS",
+                   help=f"--engine llamacpp: stop llama-bench after this long (default {LLAMA_BENCH_TIMEOUT_S:.0f})")
 
 
 def _rows(text: str | None) -> list[int]:
@@ -55,11 +58,18 @@ def run_llamacpp_roofline(a: argparse.Namespace, out: TextIO | None = None) -> i
         raise ParameterError(f"llama.cpp needs a .gguf file; {model} is not one")
     if a.threads is not None and a.threads < 1:
         raise ParameterError(f"--threads must be >= 1, got {a.threads}")
-    cmd = bench_command(binary, model, a.context, rows, threads=a.threads,
-                        extra=shlex.split(a.llama_bench_args or ""))
+    try:
+        extra = shlex.split(a.llama_bench_args or "")
+    except ValueError as e:             # an unbalanced quote
+        raise ParameterError(f"--llama-bench-args {a.llama_bench_args[:200]!r}: {e}; quote it as a shell "
+                             "would, e.g. \"-ngl 99 -fa 1\"") from None
+    timeout = getattr(a, "llama_bench_timeout", None)
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise ParameterError(f"--llama-bench-timeout must be a positive number of seconds, got {timeout}")
+    cmd = bench_command(binary, model, a.context, rows, threads=a.threads, extra=extra)
     say = Progress()
     print(f"timing llama.cpp's pass by rows: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    records = run_llama_bench(cmd, progress=say)
+    records = run_llama_bench(cmd, progress=say, timeout_s=timeout)
     profile = profile_from_llama_bench(records, a.context, command=cmd,
                                        source=f"{shlex.join(cmd)} ({records[0].get('test_time', '')})")
     path = Path(a.out) if a.out else cache_dir() / f"{profile.id}.json"

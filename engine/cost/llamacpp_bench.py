@@ -20,22 +20,23 @@ n_depth, samples_ns, build_commit, ...), from this module's run or captured else
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import statistics
-import subprocess
-import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from engine.childproc import run_bounded
 from engine.cost.profile import CostProfile, profile_from_points
 from engine.errors import ParameterError, SpecscopeError
+from engine.io.jsonfile import MiB, parse_json, read_json
 
 LLAMA_BENCH_ROWS = (1, 2, 4, 8, 16, 32, 64)
 TG_TOKENS = 32
 ENGINE = "llama.cpp"
+LLAMA_BENCH_TIMEOUT_S = 3600.0   # seven pp tests and a tg on a slow CPU take minutes, never an hour
+MAX_BENCH_OUTPUT = 16 * MiB      # its JSON: a few KB a test
 
 
 class LlamaBenchError(SpecscopeError):
@@ -83,35 +84,26 @@ _PROGRESS = re.compile(r"benchmark (\d+)/(\d+): (.*)")
 def run_llama_bench(cmd: Sequence[str], progress: Callable[[str, float | None], None] | None = None,
                     timeout_s: float | None = None) -> list[dict[str, Any]]:
     """Run a llama-bench command line; its JSON records. Progress lines ("benchmark 3/8:
-    starting") are passed on as (message, fraction)."""
+    starting") are passed on as (message, fraction). Bounded (engine.childproc): at most
+    `timeout_s` (default LLAMA_BENCH_TIMEOUT_S), MAX_BENCH_OUTPUT bytes of JSON, both streams
+    read together."""
     say = progress or (lambda msg, frac: None)
-    try:
-        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace")
-    except OSError as e:
-        raise LlamaBenchError(f"cannot run {cmd[0]}: {e.strerror or e}") from None
-    tail: list[str] = []
-    t0 = time.monotonic()
-    assert proc.stderr is not None and proc.stdout is not None
-    for line in proc.stderr:
-        line = line.rstrip()
-        tail = (tail + [line])[-30:]
+
+    def on_line(line: str) -> None:
         m = _PROGRESS.search(line)
         if m:
             i, n = int(m.group(1)), int(m.group(2))
-            say(f"llama-bench test {i}/{n}: {m.group(3)}", (i - 1) / n)
-        if timeout_s is not None and time.monotonic() - t0 > timeout_s:
-            proc.kill()
-            raise LlamaBenchError(f"llama-bench ran past {timeout_s:.0f} s and was stopped")
-    out = proc.stdout.read()
-    code = proc.wait()
-    if code != 0:
-        raise LlamaBenchError(_failure_line(cmd, code, tail))
-    try:
-        records = json.loads(out)
-    except json.JSONDecodeError:
-        raise LlamaBenchError(f"{cmd[0]} printed no JSON (is it llama-bench? it wrote "
-                              f"{out[:80]!r})") from None
+            frac = min(max((i - 1) / n, 0.0), 1.0) if n else None       # a hostile "9/3" stays a fraction
+            say(f"llama-bench test {i}/{n}: {m.group(3)[:200]}", frac)
+
+    limit = LLAMA_BENCH_TIMEOUT_S if timeout_s is None else timeout_s
+    done = run_bounded(cmd, timeout_s=limit, error=LlamaBenchError, max_stdout=MAX_BENCH_OUTPUT,
+                       on_line=on_line)
+    if done.returncode != 0:
+        raise LlamaBenchError(_failure_line(cmd, done.returncode, list(done.tail)))
+    records = parse_json(done.stdout, f"{Path(cmd[0]).name}'s output", what="llama-bench JSON",
+                         shape=list, error=LlamaBenchError,
+                         fix="is it llama-bench? it must print JSON with -o json")
     say("llama-bench done", 1.0)
     return records
 
@@ -209,12 +201,8 @@ def llamacpp_label(profile: CostProfile) -> str:
 def load_llama_bench_json(path: str | os.PathLike, depth: int | None = None) -> CostProfile:
     """A profile from a saved llama-bench JSON file (or a saved llama.cpp profile)."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise LlamaBenchError(f"cannot read {p}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise LlamaBenchError(f"{p} is not JSON ({e})") from None
+    data = read_json(p, "llama-bench JSON", shape=(list, dict), max_bytes=MAX_BENCH_OUTPUT, error=LlamaBenchError,
+                     fix="give the output of llama-bench -o json, or a saved llama.cpp profile")
     if isinstance(data, dict) and "ms_by_rows" in data:
         return CostProfile.from_dict(data)
     if isinstance(data, dict) and "records" in data:     # a fixture: {provenance..., records}

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Sequence
 
+from engine.childproc import run_bounded
 from engine.errors import SpecscopeError
 
 # every flag an export may emit (the pinned tree's arg.cpp, lines above)
@@ -35,6 +35,7 @@ LLAMACPP_SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "dra
 REMOVED = re.compile(r"has been removed", re.IGNORECASE)
 _FLAG = re.compile(r"(?:^|[\s,])(--?[A-Za-z][\w-]*)")
 DESC_COL = 40           # common/arg.cpp's usage layout
+MAX_HELP_BYTES = 4 << 20  # a --help is ~50 KB; more is not a llama.cpp binary
 
 
 class BinaryCheckError(SpecscopeError):
@@ -79,14 +80,10 @@ def run_help(binary: str | os.PathLike, timeout_s: float = 60.0) -> str:
     if not p.is_file():
         raise BinaryCheckError(f"no llama.cpp binary at {p} (point --check-binary at llama-server, "
                                "llama-cli or llama-speculative-simple in build/bin)")
-    try:
-        r = subprocess.run([str(p), "--help"], capture_output=True, text=True, errors="replace",
-                           timeout=timeout_s)
-    except OSError as e:
-        raise BinaryCheckError(f"cannot run {p}: {e.strerror or e}") from None
-    except subprocess.TimeoutExpired:
-        raise BinaryCheckError(f"{p} --help did not finish in {timeout_s:.0f} s") from None
-    text = r.stdout + "\n" + r.stderr
+    lines: list[str] = []      # llama.cpp prints its help on stdout or stderr, by version
+    r = run_bounded([str(p), "--help"], timeout_s=timeout_s, error=BinaryCheckError, max_stdout=MAX_HELP_BYTES,
+                    max_stderr=MAX_HELP_BYTES, tail_lines=1, on_line=lines.append, name=f"{p} --help")
+    text = r.stdout + "\n" + "\n".join(lines)
     if "--spec-type" not in text and "-m," not in text:
         raise BinaryCheckError(f"{p} --help printed no llama.cpp options (exit {r.returncode}): is "
                                "it llama-server, llama-cli or llama-speculative-simple?")
