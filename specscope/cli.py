@@ -7,11 +7,13 @@ Errors a user can fix (engine.errors.SpecscopeError) print one line and exit 2, 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
-from engine.errors import SpecscopeError
+from engine.errors import SpecscopeError, one_line
 from engine.speculation.settings import USER_DEFAULTS, DecodeSettings
 from specscope.bench import add_bench_args
 from specscope.lesson_cmd import add_lesson_args, run_lesson_cmd
@@ -199,7 +201,7 @@ def cmd_doctor(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """One parser for the window (no subcommand) and every subcommand."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="specscope",
         description="A workbench for speculative decoding. With no subcommand, opens the window.",
     )
@@ -254,7 +256,58 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a bad value as one line (no usage dump), like every other error here."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{one_line(message, 400)}; see `{self.prog} --help`")
+        sys.exit(2)
+
+    def _print_message(self, message: str, file=None) -> None:   # argparse's drops OSError: a full disk
+        if message:
+            (file or sys.stderr).write(message)
+
+
+def fail(message: object) -> int:
+    """Print `specscope: error: MESSAGE` as one line of bounded length; the exit status 2."""
+    print(f"specscope: error: {one_line(message)}", file=sys.stderr)
+    return 2
+
+
+def _stdout_to_devnull() -> None:
+    """After a closed pipe or a full disk, what is still buffered goes nowhere (else Python's
+    last flush at exit fails again, with a traceback-like notice)."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):   # stdout is not a real file (tests capture it)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line. A closed stdout (`specscope ... | head`) ends quietly with status 0; a
+    full disk, like every error a user can fix, is one `specscope: error:` line and status 2."""
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit:             # argparse: --help printed, or a bad value reported
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()             # a full disk shows here, not in Python's flush at exit
+        return code
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return 0
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        _stdout_to_devnull()
+        where = f" {e.filename}" if e.filename else " the output"
+        return fail(f"cannot write{where}: {e.strerror or e}; free some space (or write elsewhere)")
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -264,8 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return gui_main(a)
         return a.func(a)
     except SpecscopeError as e:
-        print(f"specscope: error: {e}", file=sys.stderr)
-        return 2
+        return fail(e)
     except KeyboardInterrupt:
         print("specscope: interrupted", file=sys.stderr)
         return 130

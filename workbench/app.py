@@ -17,6 +17,8 @@ import os
 import sys
 from pathlib import Path
 
+from engine.errors import one_line
+
 OFFSCREEN_SHOT = "specscope-screenshot.png"
 
 
@@ -87,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
             load_recording(args.replay)
         settings = window_settings(args)
     except SpecscopeError as e:
-        print(f"specscope: error: {e}", file=sys.stderr)
+        print(f"specscope: error: {one_line(e)}", file=sys.stderr)
         return 2
     win = MainWindow(RuntimeSpec(args.model, args.device, args.dtype, args.weights), prompt,
                      settings=settings, probe=not args.no_probe)
@@ -96,7 +98,8 @@ def main(args: argparse.Namespace) -> int:
     if shot:
         return run_offscreen(app, win, shot, windows, args.replay, print_report)
     # what the window's banner says of a failed run, the terminal hears too
-    win.run.failed.connect(lambda message, kind: print(f"specscope: error: {message}", file=sys.stderr))
+    win.run.failed.connect(lambda message, kind: print(f"specscope: error: {one_line(message)}",
+                                                            file=sys.stderr))
     win.show()
     if args.replay:
         win.open_recording(args.replay)
@@ -132,7 +135,7 @@ def run_offscreen(app, win, path: str, windows: int | None, replay: str | None =
     code = 0
     if win.last_error is not None:
         message, kind = win.last_error
-        print(f"specscope: error: {message}", file=sys.stderr)
+        print(f"specscope: error: {one_line(message)}", file=sys.stderr)
         code = 2 if kind in ("model", "parameter") else 1
     elif not ok:
         code = 2

@@ -63,6 +63,8 @@ def default_prompt() -> Prompt:
 
 def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
     """Token ids for a prompt: chat messages go through the model's chat template."""
+    for text in [prompt] if isinstance(prompt, str) else [m.get("content") for m in prompt]:
+        check_text(text)
     if isinstance(prompt, list):
         text = tokenizer.render_chat(prompt, add_generation_prompt=True)
         ids = tokenizer.encode(text, add_special_tokens=False)
@@ -71,3 +73,15 @@ def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
     if not ids:
         raise ParameterError("the prompt is empty: give some text to continue")
     return ids
+
+
+def check_text(text: object, where: str = "the prompt") -> None:
+    """Text that can be encoded: a lone surrogate (bytes that were not UTF-8 on the command line
+    arrive as one) is one ParameterError, not a failure inside the tokenizer or on stdout."""
+    if not isinstance(text, str) or text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ParameterError(f"{where} holds a lone surrogate (\\u{ord(text[e.start]):04x}) at character "
+                             f"{e.start:,}, which is not text: give UTF-8 text") from None
