@@ -80,6 +80,13 @@ MODEL_TESTS: dict[str, tuple[str, ...]] = {
         "test_doctor_without_a_gpu_skips_the_gpu_checks_and_passes", "test_kernel_checks_in_the_triton_interpreter",
         "test_a_broken_model_fails_the_model_check"),
     "tests/specscope/test_cli_check_exact.py": (),
+    "tests/specscope/test_hostile_files.py": (
+        "test_a_closed_stdout_exits_quietly", "test_a_full_disk_on_stdout_is_one_line",
+        "test_a_huge_error_message_is_cut", "test_a_huge_tokenizer_json_is_refused_before_the_tokenizer_reads_it",
+        "test_a_llama_bench_that_never_exits_is_stopped", "test_a_llama_bench_that_prints_no_json",
+        "test_a_llama_bench_that_writes_a_lot_on_one_stream_does_not_deadlock",
+        "test_a_llama_bench_with_endless_output_is_stopped", "test_a_lone_surrogate_in_a_prompt_is_one_line",
+        "test_hostile_json_in_a_model_folder_is_one_line"),
     "tests/specscope/test_lesson_cmd.py": ("test_lesson_knee_writes_png_csv_and_md",),
     "tests/workbench/test_window_fit.py": ("test_a_path_that_is_no_model_is_one_line_and_exit_2",),
     "tests/workbench/test_workbench.py": ("test_engine_imports_without_qt",),
