@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, LlamaFileType
 
-from engine.model.config import (ARCHITECTURES, INT_LIMITS, ModelConfig, RopeScaling, as_float, as_int,
-                                 check_weight_shapes)
+from engine.model.config import (ARCHITECTURES, INT_LIMITS, ROPE_LIMITS, ModelConfig, RopeScaling, as_float,
+                                 as_int, check_weight_shapes)
 from engine.errors import ModelLoadError
 from engine.io.names import NameMap
 from engine.io.gguf_header import GGUFFile, TensorInfo, read_gguf, type_name
@@ -155,8 +155,13 @@ def _rope_scaling(gf: GGUFFile, arch: str, theta: float, head_dim: int) -> RopeS
         v = md.get(f"{arch}.rope.scaling.{key}", default)
         return None if v is None else as_float(v, f"{path}: {arch}.rope.scaling.{key}")
 
-    kind = md.get(f"{arch}.rope.scaling.type", "none")
-    factor = float(num("factor", 1.0) or 1.0)
+    factor = float(num("factor", 1.0))
+    # llama.cpp reads a factor without a type as linear scaling (llama-model.cpp)
+    kind = md.get(f"{arch}.rope.scaling.type", "none" if factor == 1.0 else "linear")
+    lo, hi = ROPE_LIMITS["factor"]
+    if not lo <= factor <= hi:      # 0, negative or 1e30: refused whatever the type says
+        raise ModelLoadError(f"{path}: {arch}.rope.scaling.factor is {factor:g}, outside the sane range "
+                             f"[{lo:g}, {hi:g}]. The file is corrupt.")
     original = num("original_context_length", 0) or 0
     original = as_int(original, f"{path}: {arch}.rope.scaling.original_context_length",
                       0, INT_LIMITS["max_context"][1])
@@ -167,7 +172,8 @@ def _rope_scaling(gf: GGUFFile, arch: str, theta: float, head_dim: int) -> RopeS
         # Llama 3.1+: the converter stores the llama3 frequency divisors instead of their parameters.
         s = _llama3_from_freqs(gf, theta, head_dim, original)
     elif kind not in ("none", None, "linear", "yarn"):
-        raise ModelLoadError(f"{path}: RoPE scaling {kind!r} is not supported (linear, yarn and llama3 are).")
+        raise ModelLoadError(f"{path}: RoPE scaling {str(kind)[:40]!r} is not supported (linear, yarn and llama3 "
+                             "are).")
     elif kind in ("none", None) or factor == 1.0:
         s = RopeScaling()
     elif kind == "linear":

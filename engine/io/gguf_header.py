@@ -172,6 +172,8 @@ def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, 
     metadata: dict[str, Any] = {}
     for _ in range(n_kv):
         key, pos = string(pos)
+        if key in metadata:     # a reader keeping the first or the last would run another model
+            raise _Corrupt(f"it holds the metadata key {_short(key)} twice")
         (vtype,) = unpack("<I", buf, pos)
         metadata[key], pos = value(vtype, pos + 4)
 
@@ -180,7 +182,7 @@ def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, 
         name, pos = string(pos)
         (n_dims,) = unpack("<I", buf, pos)
         if n_dims > 8:
-            raise _Corrupt(f"tensor {name!r} claims {n_dims} dimensions")
+            raise _Corrupt(f"tensor {_short(name)} claims {n_dims} dimensions")
         dims = unpack(f"<{n_dims}Q", buf, pos + 4)
         qtype, offset = unpack("<IQ", buf, pos + 4 + 8 * n_dims)
         pos += 4 + 8 * n_dims + 12
@@ -190,13 +192,54 @@ def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, 
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise _Corrupt(f"general.alignment {alignment!r} is not a power of two")
     data_start = -(-pos // alignment) * alignment
-    tensors = {}
+    tensors: dict[str, TensorInfo] = {}
     for name, shape, qtype, offset in infos:
         if offset % alignment:      # llama.cpp refuses these too: the data would be read shifted
-            raise _Corrupt(f"tensor {name!r} starts at data offset {offset}, not a multiple of the "
+            raise _Corrupt(f"tensor {_short(name)} starts at data offset {offset}, not a multiple of the "
                            f"file's alignment ({alignment})")
+        if name in tensors:
+            raise _Corrupt(f"it names the tensor {_short(name)} twice")
         tensors[name] = TensorInfo(name, shape, qtype, data_start + offset, _n_bytes(shape, qtype))
+    _check_layout(list(tensors.values()), data_start, size, alignment)
     return metadata, tensors
+
+
+def _check_layout(infos: list[TensorInfo], data_start: int, size: int, alignment: int) -> None:
+    """The data section as every GGUF writer lays it out and llama.cpp's gguf.cpp requires
+    it: each tensor's bytes follow the previous one's, in the order of the infos, padded to
+    the alignment, and inside the file. So no two tensors share bytes, and a tensor whose type
+    or shape was changed (its byte size no longer what its data takes) is refused here, before
+    anything is read. A tensor of a type gguf does not know has no size to check: the next
+    one may then start anywhere after it (such a tensor is refused if the model needs it)."""
+    expected: int | None = 0            # where the next tensor's data must start
+    previous: TensorInfo | None = None
+    for info in infos:
+        offset = info.offset - data_start
+        misplaced = offset != expected if expected is not None else info.offset < previous.offset
+        if misplaced:
+            if previous is None:
+                raise _Corrupt(f"its first tensor, {_short(info.name)}, starts at data offset {offset:,}, "
+                               "not 0")
+            what = f"{_short(previous.name)} ({type_name(previous.qtype)}, shape {list(previous.shape)})"
+            if expected is not None and offset > expected:
+                raise _Corrupt(f"the data of tensor {what} ends at offset {expected:,} (padded) but the next "
+                               f"tensor, {_short(info.name)}, starts at {offset:,}: a tensor's type or shape "
+                               "does not match its data")
+            raise _Corrupt(f"tensor {_short(info.name)} starts at data offset {offset:,}, inside the data of "
+                           f"tensor {what} or before it: tensors overlap, or a tensor's type or shape does not "
+                           "match its data")
+        end = info.offset + max(info.n_bytes, 0)
+        if end > size:
+            raise _Corrupt(f"it is truncated: tensor {_short(info.name)} needs bytes up to {end:,} "
+                           f"but the file has {size:,}")
+        expected = None if info.n_bytes < 0 else -(-(offset + info.n_bytes) // alignment) * alignment
+        previous = info
+
+
+def _short(name: str) -> str:
+    """A name from the file, quoted and cut for a one-line message."""
+    text = repr(name)
+    return text if len(text) <= 80 else text[:77] + "...'"
 
 
 def _n_bytes(shape: tuple[int, ...], qtype: int) -> int:

@@ -132,6 +132,10 @@ def _rope_scaling(rope: dict, raw: dict, path: Path) -> RopeScaling:
     def num(key: str, default: float | None = None) -> float | None:
         return None if rope.get(key) is None else as_float(rope[key], f"{path}: rope {key}")
 
+    def given_factor() -> float:     # 0 is refused (by RopeScaling), not read as 1
+        v = num("factor")
+        return 1.0 if v is None else v
+
     def count(d: dict, key: str) -> int | None:
         return None if not d.get(key) else as_int(d[key], f"{path}: {key}", *INT_LIMITS["max_context"])
 
@@ -140,10 +144,10 @@ def _rope_scaling(rope: dict, raw: dict, path: Path) -> RopeScaling:
     original = (count(raw, "original_max_position_embeddings") or count(rope, "original_max_position_embeddings")
                 or count(raw, "max_position_embeddings") or 4096)
     if kind == "llama3":
-        return RopeScaling("llama3", num("factor") or 1.0, num("low_freq_factor") or 1.0,
+        return RopeScaling("llama3", given_factor(), num("low_freq_factor") or 1.0,
                            num("high_freq_factor") or 4.0, original)
     if kind == "linear":
-        return RopeScaling("linear", num("factor") or 1.0)
+        return RopeScaling("linear", given_factor())
     if kind == "yarn":
         factor = num("factor")
         if factor is None:      # DeepSeek-V3 style: the ratio of the two context lengths

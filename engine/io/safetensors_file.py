@@ -39,9 +39,11 @@ class SafetensorsFile:
         if n > min(MAX_HEADER, size - 8):
             raise self._bad(f"its header claims {n:,} bytes")
         try:
-            header = json.loads(bytes(buf[8:8 + n]))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-            raise self._bad(f"its header is not JSON ({e})") from None
+            header = json.loads(bytes(buf[8:8 + n]), object_pairs_hook=_unique_keys)
+        except _DuplicateKey as e:      # json keeps the last: a second entry would silently win
+            raise self._bad(f"its header names {_short(str(e))} twice") from None
+        except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, a 5,000-digit number
+            raise self._bad(f"its header is not JSON ({str(e)[:200]})") from None
         if not isinstance(header, dict):
             raise self._bad("its header is not a JSON object")
         self.data = np.frombuffer(buf, dtype=np.uint8, offset=8 + n)
@@ -49,6 +51,28 @@ class SafetensorsFile:
         for name, entry in header.items():
             if name != "__metadata__":
                 self.tensors[name] = self._entry(name, entry)
+        self._check_layout()
+
+    def _check_layout(self) -> None:
+        """The data section as the safetensors library itself requires it: the tensors' byte
+        ranges, in order, follow one another from 0 to the end of the file, so no two share
+        bytes and none leaves a gap. (No alignment is required: the format has none, and an
+        unaligned tensor is read correctly, as a copy.)"""
+        ranges = sorted((begin, end, name) for name, (_, _, begin, end) in self.tensors.items())
+        for (_, end_a, a), (begin_b, _, b) in zip(ranges, ranges[1:]):    # sharing first: the worse
+            if begin_b < end_a:
+                raise ModelLoadError(f"{self.path} is corrupt: tensors {_short(a)} and {_short(b)} share bytes "
+                                     f"(from byte {begin_b:,} of the data). Download it again.")
+        at, previous = 0, None
+        for begin, end, name in ranges:
+            if begin != at:
+                after = f"after tensor {_short(previous)}" if previous else "at the start of the data"
+                raise ModelLoadError(f"{self.path} is corrupt: bytes {at:,}-{begin:,} of the data ({after}) belong "
+                                     "to no tensor. Download it again.")
+            at, previous = end, name
+        if at != self.data.shape[0]:
+            raise self._bad(f"its data section holds {self.data.shape[0]:,} bytes but its tensors end at "
+                            f"byte {at:,}")
 
     def _bad(self, why: str) -> ModelLoadError:
         return ModelLoadError(f"{self.path} is not a readable safetensors file: {why}. Download it again.")
@@ -92,3 +116,22 @@ class SafetensorsFile:
                 return torch.from_numpy(read().numpy().view(np.float64).astype(np.float32)).view(torch.uint8)
             return TensorSource(name, shape, "F32", (end - begin) // 2, read_f64)
         return TensorSource(name, shape, dtype, end - begin, read)
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def _short(name: str | None) -> str:
+    """A name from the file, quoted and cut for a one-line message."""
+    text = repr(name)
+    return text if len(text) <= 80 else text[:77] + "...'"

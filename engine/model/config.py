@@ -24,6 +24,12 @@ INT_LIMITS = {
 }
 # RoPE base: below 1 the "frequencies" grow with the dimension; eps: a tiny positive constant.
 FLOAT_LIMITS = {"rope_theta": (1.0, 1e12), "rms_eps": (0.0, 1.0)}
+# RoPE scaling numbers, [lo, hi]: a context extension factor below 1 shrinks the context
+# (transformers warns), real ones are 2 to 64; YaRN's betas count rotations, real 1 and 32;
+# magnitudes (attention_factor, mscale) are near 1.
+ROPE_LIMITS = {"factor": (1.0, 1024.0), "low_freq_factor": (1e-3, 1024.0), "high_freq_factor": (1e-3, 1024.0),
+               "beta_fast": (1e-3, 1e4), "beta_slow": (1e-3, 1e4), "mscale": (-100.0, 100.0),
+               "mscale_all_dim": (-100.0, 100.0), "attention_factor": (1e-3, 100.0)}
 
 
 def as_int(value: Any, what: str, lo: int | None = None, hi: int | None = None) -> int:
@@ -82,6 +88,10 @@ class RopeScaling:
                 raise ValueError(f"RoPE scaling {f.name} must be finite, got {v}")
         if self.kind not in ROPE_SCALINGS:
             raise ValueError(f"unknown RoPE scaling {self.kind!r}: specscope computes {', '.join(ROPE_SCALINGS)}")
+        for name, (lo, hi) in ROPE_LIMITS.items():
+            v = getattr(self, name)
+            if v is not None and not lo <= v <= hi:
+                raise ValueError(f"RoPE scaling {name} is {v:g}, outside the sane range [{lo:g}, {hi:g}]")
         if not self.factor > 0:
             raise ValueError(f"RoPE scaling factor must be positive, got {self.factor}")
         if self.original_max_position <= 0:

@@ -171,3 +171,65 @@ def write_hf(path: str | Path, config: dict[str, Any] | None = None, *, raw_conf
     (path / "tokenizer.json").write_text(tok_json if tokenizer_json is None else tokenizer_json)
     (path / "tokenizer_config.json").write_text(json.dumps(tok_config))
     return path
+
+
+# ---------------------------------------------------------------- a GGUF's header, patched in place
+# (a writer refuses duplicate names and keys and computes offsets itself: these change the bytes)
+
+def _record(data: bytes | bytearray, name: str) -> int:
+    """Where the string `name` (its 8-byte length, then its bytes) first appears in a GGUF:
+    the start of a metadata key's record, or of a tensor's info."""
+    raw = name.encode()
+    return bytes(data).index(len(raw).to_bytes(8, "little") + raw)
+
+
+def _tensor_fields(data: bytes | bytearray, name: str) -> tuple[int, int]:
+    """(where the tensor's type is, where its offset is) in its info record."""
+    at = _record(data, name) + 8 + len(name.encode())
+    n_dims = int.from_bytes(data[at:at + 4], "little")
+    type_at = at + 4 + 8 * n_dims
+    return type_at, type_at + 4
+
+
+def patch_gguf(src: str | Path, dst: str | Path, *, offset_of: dict[str, str] | None = None,
+               types: dict[str, int] | None = None, rename: dict[str, str] | None = None,
+               values: dict[str, tuple[str, np.ndarray]] | None = None) -> Path:
+    """A copy of the GGUF at src, changed: offset_of {tensor: other} gives tensor the other's
+    data offset; types {tensor: GGML type} relabels tensors; rename {old: new} renames a tensor
+    or a metadata key (same length: the header's size stays); values {tensor: (dtype, array)}
+    overwrites an unquantized tensor's data."""
+    data = bytearray(Path(src).read_bytes())
+    for name, other in (offset_of or {}).items():
+        _, to = _tensor_fields(data, name)
+        _, frm = _tensor_fields(data, other)
+        data[to:to + 8] = data[frm:frm + 8]
+    for name, qtype in (types or {}).items():
+        at, _ = _tensor_fields(data, name)
+        data[at:at + 4] = int(qtype).to_bytes(4, "little")
+    for old, new in (rename or {}).items():
+        assert len(old.encode()) == len(new.encode()), (old, new)
+        at = _record(data, old) + 8
+        data[at:at + len(new.encode())] = new.encode()
+    if values:
+        from engine.io.gguf_header import read_gguf
+        infos = read_gguf(Path(src)).tensors
+        for name, (dtype, arr) in values.items():
+            raw = np.ascontiguousarray(arr, dtype=dtype).tobytes()
+            assert len(raw) == infos[name].n_bytes, (name, len(raw), infos[name].n_bytes)
+            data[infos[name].offset:infos[name].offset + len(raw)] = raw
+    Path(dst).write_bytes(bytes(data))
+    return Path(dst)
+
+
+def patch_safetensors(path: str | Path, change: Any) -> Path:
+    """Rewrite a safetensors file's JSON header in place: change(header dict) edits it, or
+    returns the header's new text (for duplicate keys, which a dict cannot hold)."""
+    path = Path(path)
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    text = change(header)
+    raw = (json.dumps(header) if text is None else text).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data[8 + n:])
+    return path
