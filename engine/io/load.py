@@ -115,4 +115,23 @@ def load_model(path: str | Path | None = None, progress: Progress | None = None)
             f"{source}: the tokenizer has {tokenizer.vocab_size:,} tokens but the embedding only "
             f"{cfg.vocab_size:,} rows; the tokenizer does not belong to these weights."
         )
+    if tokenizer.max_id >= cfg.vocab_size:      # ids may skip: the count alone does not say
+        raise ModelLoadError(
+            f"{source}: the tokenizer has a token with id {tokenizer.max_id:,} but the embedding only "
+            f"{cfg.vocab_size:,} rows (ids 0 to {cfg.vocab_size - 1:,}); the tokenizer does not belong to "
+            "these weights."
+        )
+    tokenizer.max_tokens = cfg.max_context      # a longer text is refused before it is tokenized
+    check_norms(weights, source)
     return LoadedModel(cfg, weights, tokenizer, source, fmt, time.perf_counter() - t0, file_type)
+
+
+def check_norms(weights: dict[str, TensorSource], source: Path) -> None:
+    """Every RMSNorm scale read and checked (small vectors: cheap): NaN or infinity
+    (TensorSource names the tensor), or all zero, which makes every value it scales 0: a model
+    that runs and prints nothing, or nonsense."""
+    for name, w in weights.items():
+        if name == "norm" or name.endswith("_norm"):
+            if not w.dense().any():
+                raise ModelLoadError(f"{source}: tensor {w.name} (a norm's scale) is all zero, so the model "
+                                     "would compute nothing from it. The file is corrupt: download it again.")

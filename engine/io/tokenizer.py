@@ -13,18 +13,23 @@ Two sources:
 
 from __future__ import annotations
 
+import base64
 import codecs
 import json
+import os
 import re
+import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, pre_tokenizers
 from tokenizers.models import BPE
 
 from engine.io.chat import render_chat_template
-from engine.errors import ModelLoadError
+from engine.errors import ModelLoadError, ParameterError, SpecscopeError
 from engine.io.jsonfile import MiB, check_file, read_json
 
 MAX_TOKENIZER_BYTES = 128 * MiB   # the largest real tokenizer.json files are ~35 MB
@@ -71,6 +76,112 @@ _END_OF_GENERATION = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<
                       "<|eom_id|>", "<EOT>", "<|end_of_text|>", "<｜end▁of▁sentence｜>")
 
 
+# Text bounds before tokenizing: the tokenizers library takes ~230 bytes of memory a character
+# (3.6M characters of prose: 0.8 GB), so 4M characters (a 1M-token context) is ~1 GB.
+MAX_TOKENIZE_CHARS = 4 << 20
+CHARS_PER_TOKEN = 32         # a token covers at most this many characters (or the longest token)
+_NORMALIZE_STEP = 1 << 20    # characters a measuring step may produce at worst
+_PROBE_TEXT = "Hello, world! 3.14 naïve café 你好 🙂\n\tdef f(x):\n    return x"
+# How far a normalizer can lengthen text: each output is at most mult x input + add characters
+# (Unicode's own bounds for NFC 3, NFD 4, NFKC/NFKD 18; a case change 3; Bert: Chinese
+# characters spaced out, after NFD).
+_GROWTH = {"NFC": 3.0, "NFD": 4.0, "NFKC": 18.0, "NFKD": 18.0, "Lowercase": 3.0, "BertNormalizer": 12.0,
+           "ByteLevel": 4.0, "Strip": 1.0, "StripAccents": 1.0, "Nmt": 1.0}
+
+
+def _normalizer_growth(normalizer: Any) -> tuple[float, float]:
+    """(mult, add): a normalized text is at most mult x its length + add characters."""
+    if normalizer is None:
+        return 1.0, 0.0
+    try:
+        return _growth(json.loads(normalizer.__getstate__()), 0)
+    except Exception:  # noqa: BLE001 (a normalizer we cannot read: measured on every text)
+        return float(MAX_TOKENIZE_CHARS), 0.0
+
+
+def _growth(spec: Any, depth: int) -> tuple[float, float]:
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    if kind == "Sequence" and depth < 32:
+        mult, add = 1.0, 0.0
+        for part in spec.get("normalizers") or []:
+            m, a = _growth(part, depth + 1)
+            mult, add = mult * m, add * m + a
+        return mult, add
+    if kind == "Replace":
+        content = len(str(spec.get("content", "")))
+        pattern = spec.get("pattern") or {}
+        literal = pattern.get("String") if isinstance(pattern, dict) else None
+        if literal:                                 # each match of len(literal) becomes content
+            return max(1.0, content / len(literal)), 0.0
+        return content + 1.0, float(content)        # a regex may match between every character
+    if kind == "Prepend":
+        return 1.0, float(len(str(spec.get("prepend", ""))))
+    if kind == "Precompiled":                       # sentencepiece's map: a match becomes a piece
+        return float(max(1, _longest_piece(spec.get("precompiled_charsmap")))), 0.0
+    return _GROWTH.get(kind, 18.0), 0.0
+
+
+def _longest_piece(charsmap: Any) -> int:
+    """The longest replacement in a sentencepiece precompiled charsmap (a u32 trie size, the
+    trie, then the NUL-separated replacements); its whole size if it does not parse."""
+    try:
+        blob = base64.b64decode(charsmap) if isinstance(charsmap, str) else bytes(charsmap or b"")
+        trie = int.from_bytes(blob[:4], "little")
+        pieces = blob[4 + trie:]
+        return max((len(p.decode("utf-8", "replace")) for p in pieces.split(b"\0")), default=0)
+    except Exception:  # noqa: BLE001
+        return len(str(charsmap))
+
+
+@contextmanager
+def _tokenizer_call(what: str, quiet: bool = True) -> Iterator[None]:
+    """A failure inside the tokenizers library as one ModelLoadError: it raises bare
+    Exceptions, and pyo3's PanicException (a BaseException) when its Rust code panics (a
+    model's regex that fails on some text). `quiet`: Rust's panic hook writes its message (and,
+    under RUST_BACKTRACE, a backtrace) straight to file descriptor 2 before pyo3 raises, so fd 2
+    goes to a temporary file meanwhile; anything else written there is passed on."""
+    try:
+        with _stderr_held(quiet):
+            yield
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, SpecscopeError):
+        raise
+    except BaseException as e:  # noqa: BLE001
+        why = " ".join(str(e).split())
+        raise ModelLoadError(f"the model's tokenizer failed {what} ({type(e).__name__}: "
+                             f"{why[:200] + '...' if len(why) > 200 else why}); its tokenizer is broken: "
+                             "download the model's tokenizer files again") from None
+
+
+@contextmanager
+def _stderr_held(hold: bool) -> Iterator[None]:
+    """File descriptor 2 redirected to a temporary file for the block; its content is written
+    back unless the block raised (then it is a panic's message, said in our own error)."""
+    saved = -1
+    if hold:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):     # no fd 2 (a GUI without a console)
+            saved = -1
+    if saved < 0:
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not failed:
+                held.seek(0)
+                text = held.read()
+                if text:
+                    os.write(2, text)
+
+
 def _pre_tokenizer(pre: str | None) -> tuple[Any, bool]:
     """(pre-tokenizer, ignore_merges) matching llama.cpp for tokenizer.ggml.pre."""
     if pre in _DIGITS_THEN_GPT2:
@@ -106,20 +217,70 @@ class Tokenizer:
         self.special_ids = frozenset(i for i, t in added.items() if t.special)
         self._byte_level = "ByteLevel" in repr(backend.decoder)
         self._texts: dict[int, str] = {}
+        vocab = backend.get_vocab(with_added_tokens=True)
+        self.max_id: int = max(vocab.values(), default=-1)   # ids may skip: the loader checks the largest
+        # The model's context in tokens (set by engine.io.load): a text longer than it can hold,
+        # at _token_chars characters a token, is refused before it is tokenized.
+        self.max_tokens: int | None = None
+        self._token_chars = max(CHARS_PER_TOKEN, max(map(len, vocab), default=0))
+        self._growth = _normalizer_growth(backend.normalizer)
+        with _tokenizer_call("on a plain sample text"):     # a regex that panics: refused at load
+            backend.decode(backend.encode(_PROBE_TEXT, add_special_tokens=False).ids)
 
     @property
     def backend(self) -> tokenizers.Tokenizer:
         return self._backend
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """Token ids; special tokens written in the text (<|im_start|>) match whole. BOS only if add_bos."""
-        ids = self._backend.encode(text, add_special_tokens=False).ids
+        """Token ids; special tokens written in the text (<|im_start|>) match whole. BOS only if add_bos.
+
+        The text is bounded before the tokenizer sees it (ParameterError): valid Unicode (no lone
+        surrogate), no longer than the model's context can hold (max_tokens), and no more than
+        MAX_TOKENIZE_CHARS once normalized (a normalizer may multiply it). A failure inside the
+        tokenizer (a panic in its Rust code) is one ModelLoadError."""
+        self._check_text(text)
+        with _tokenizer_call("on this text"):
+            ids = self._backend.encode(text, add_special_tokens=False).ids
         if add_special_tokens and self.add_bos and self.bos_id is not None:
             ids.insert(0, self.bos_id)
         return ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        with _tokenizer_call("to decode tokens", quiet=False):     # per window: no fd games
+            return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def _check_text(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise ParameterError(f"the prompt is a {type(text).__name__}, not text")
+        n = len(text)
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:     # '\ud800': from JSON escapes or undecodable argv bytes
+                raise ParameterError(f"the prompt holds a lone surrogate (U+{ord(text[e.start]):04X}) at character "
+                                     f"{e.start + 1:,}, which is not valid Unicode text: save it as UTF-8") from None
+        if self.max_tokens is not None and n > self.max_tokens * self._token_chars:
+            raise ParameterError(
+                f"the prompt is {n:,} characters long, more than the model's context of {self.max_tokens:,} tokens "
+                f"can hold ({self._token_chars} characters a token at most): shorten it")
+        if n > MAX_TOKENIZE_CHARS:
+            raise ParameterError(f"the prompt is {n:,} characters long; specscope tokenizes at most "
+                                 f"{MAX_TOKENIZE_CHARS:,}: shorten it")
+        grow, add = self._growth
+        if n * grow + add <= MAX_TOKENIZE_CHARS:
+            return
+        # this normalizer could expand the text past the limit: measure it, a bounded piece at a time
+        step, total = max(1, int(_NORMALIZE_STEP // grow)), 0
+        normalizer = self._backend.normalizer
+        with _tokenizer_call("on this text"):
+            for i in range(0, n, step):
+                total += len(normalizer.normalize_str(text[i:i + step]))
+                if total > MAX_TOKENIZE_CHARS:
+                    break
+        if total > MAX_TOKENIZE_CHARS:
+            raise ParameterError(
+                f"the model's tokenizer expands this prompt of {n:,} characters to more than "
+                f"{MAX_TOKENIZE_CHARS:,} (its normalizer can multiply text {grow:,.0f}-fold): shorten it")
 
     def token_text(self, token_id: int) -> str:
         """The text one token stands for, for display (cached: views call this per token)."""
@@ -231,9 +392,12 @@ class Tokenizer:
                    fix="download the model's tokenizer.json again")
         try:
             backend = tokenizers.Tokenizer.from_file(str(tokenizer_json))
-        except Exception as e:  # tokenizers raises bare Exceptions for unreadable JSON
-            raise ModelLoadError(f"{tokenizer_json}: cannot read the tokenizer ({e}). "
-                                 "Download the model's tokenizer.json again.") from e
+        except BaseException as e:  # noqa: BLE001 bare Exceptions for unreadable JSON, PanicException
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            why = " ".join(str(e).split())
+            raise ModelLoadError(f"{tokenizer_json}: cannot read the tokenizer ({why[:200]}). "
+                                 "Download the model's tokenizer.json again.") from None
         tcfg = _read_json(tokenizer_config_json)
         gen = _read_json(generation_config_json)
         mcfg = _read_json(config_json)
@@ -257,9 +421,10 @@ class Tokenizer:
             raise ModelLoadError(f"{tokenizer_config_json}: add_bos_token is {str(add_bos)[:40]!r}; true or "
                                  "false is needed here.")
         if add_bos is None and bos_id is not None:  # no flag: does tokenizer.json's post-processor add it?
-            with_special = backend.encode("a", add_special_tokens=True).ids
-            add_bos = len(with_special) > len(backend.encode("a", add_special_tokens=False).ids) \
-                and with_special[0] == bos_id
+            with _tokenizer_call("on a plain sample text"):
+                with_special = backend.encode("a", add_special_tokens=True).ids
+                add_bos = len(with_special) > len(backend.encode("a", add_special_tokens=False).ids) \
+                    and with_special[0] == bos_id
         template = tcfg.get("chat_template")
         if chat_template_jinja is not None and Path(chat_template_jinja).is_file():
             try:

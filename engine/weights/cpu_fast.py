@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.errors import NumericalError
+
 from .dequant import nibbles
 from .packed import PackedWeight
 
@@ -274,10 +276,18 @@ def cpu_int8_blocks_top(x: torch.Tensor, cw: CpuInt8Blocks, k: int) -> tuple[tor
     xb = x2.to(torch.bfloat16)
     a = torch.ops.aten._weight_int8pack_mm(xb.contiguous(), sc.q, sc.d).float()      # [M, N]
     norm = (xb.double().norm(dim=1) * (1 + 1e-6)).float()                  # [M]
+    if not bool(norm.isfinite().all()):
+        # NaN or infinity in x (a norm overflowed): the screen's intervals are NaN, no row
+        # would be a candidate and the caller would get an empty top k
+        raise NumericalError("the model's hidden state reached the LM head as NaN or infinite values: its "
+                             "weights or metadata are broken (a norm's scale too large?), or the compute "
+                             "dtype overflowed: try --dtype float32")
     # + |a| 2^-20: what float32 rounding of a -/+ spread below may take off the interval
     spread = (norm.unsqueeze(1) * sc.beta.unsqueeze(0)).add_(a.abs(), alpha=2.0 ** -20)   # [M, N]
     floor = (a - spread).topk(k, dim=1).values[:, -1:]                               # [M, 1]
     cand = ((a + spread) >= floor).any(dim=0).nonzero().squeeze(1)                  # ascending ids
+    if cand.numel() < k:        # only NaN in the screen gives fewer (finite: the k best lower bounds)
+        raise NumericalError("the model's LM head computed NaN or infinite values: its weights are broken")
     exact = cpu_int8_blocks_linear(x2, cw.rows(cand)).float()                       # [M, |cand|]
     vals, order = torch.sort(exact, dim=1, descending=True, stable=True)
     return vals[:, :k].contiguous(), cand[order[:, :k]]
