@@ -27,6 +27,17 @@ MODEL_FIXTURES = frozenset({"loaded_model", "hf_model"})
 MODEL_TESTS: dict[str, tuple[str, ...]] = {
     # model files written (or the bundled one read) and loaded by the test itself
     "tests/engine/io/test_hostile_models.py": (),
+    "tests/engine/io/test_hostile_files.py": (
+        "test_gguf_is_checked_as_a_whole", "test_gguf_control_the_same_patches_made_harmlessly_load",
+        "test_a_norm_all_zero_or_not_finite_is_named", "test_absurd_rope_scaling_in_a_gguf_is_refused",
+        "test_rope_scaling_control_real_values_load", "test_absurd_rope_scaling_in_an_hf_config_is_refused",
+        "test_hf_rope_scaling_control_loads", "test_a_token_id_past_the_embedding_is_refused",
+        "test_safetensors_tensors_sharing_bytes_are_refused",
+        "test_safetensors_duplicate_names_and_loose_bytes_are_refused",
+        "test_safetensors_control_a_rewritten_header_loads", "test_cli_hostile_gguf_and_prompt_are_one_line",
+        "test_cli_norms_overflowing_to_inf_at_the_cpu_head",
+        "test_a_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing"),
+    "tests/fuzz/test_fuzz_tensor_infos.py": (),
     "tests/engine/io/test_loading.py": (
         "test_bundled_model_config_weights_and_speed", "test_gguf_shape_mismatch_and_missing_tensor",
         "test_gguf_unknown_architecture", "test_gguf_unsupported_tensor_type", "test_hf_folder_errors",
