@@ -62,15 +62,10 @@ def code_edit_prompts():
     return code_edit_rows()
 
 
-LESSON_TIMES: dict[str, float] = {}
-
-
 @pytest.fixture(scope="session")
 def lesson_result(cpu_runtime, tmp_path_factory):
     """lesson_result(name) -> (LessonResult, folder with NAME.csv and NAME.md): each lesson run
     once per session on the bundled model under the quick (test) budget."""
-    import time
-
     from engine.lessons.runner import run_lesson, save_lesson
     from engine.lessons.runs import Budget
     out = tmp_path_factory.mktemp("lessons")
@@ -78,13 +73,10 @@ def lesson_result(cpu_runtime, tmp_path_factory):
 
     def get(name: str):
         if name not in done:
-            t0 = time.perf_counter()
             result = run_lesson(name, cpu_runtime, Budget.quick_budget())
-            LESSON_TIMES[name] = time.perf_counter() - t0
             save_lesson(result, out)
             done[name] = (result, out)
         return done[name]
-    get.times = LESSON_TIMES          # seconds per lesson run so far
     return get
 
 

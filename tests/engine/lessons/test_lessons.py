@@ -1,12 +1,14 @@
 """Every lesson on the bundled model, CPU, under the quick (test) budget: it writes its CSV and
 Markdown, the CSV holds what the run's events and the profile say, and the Markdown quotes the
-write-up's own numbers. Each lesson runs once per session (tests/conftest.py's lesson_result); the figures are tested
-in tests/workbench/test_lessons_gui.py."""
+write-up's own numbers, read here from the write-ups' text (tests/fixtures/seeds: copies of
+../shared/seeds). Each lesson runs once per session (tests/conftest.py's lesson_result); the
+figures are tested in tests/workbench/test_lessons_gui.py."""
 
 from __future__ import annotations
 
 import csv
-import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,26 @@ from engine.lessons import NAMES
 from engine.lessons import seeds as S
 from engine.lessons.runner import run_lesson
 from engine.lessons.runs import Budget, LessonCancelled
+
+SEEDS = Path(__file__).resolve().parents[2] / "fixtures" / "seeds"
+WORDS = {"three": 3, "twenty-four": 24}
+
+
+def said(seed: str, pattern: str) -> tuple[str, ...]:
+    """What write-up `seed` (000, 001, 002) says where `pattern` matches: its groups."""
+    (path,) = SEEDS.glob(f"{seed}_*.txt")
+    m = re.search(pattern, path.read_text(encoding="utf-8"), re.M)
+    assert m, f"seed {seed} no longer says {pattern!r}"
+    return m.groups()
+
+
+def number(word: str) -> float:
+    return float(WORDS.get(word, word.replace(",", "")))
+
+
+def said_numbers(seed: str, pattern: str) -> tuple[float, ...]:
+    return tuple(number(g) for g in said(seed, pattern))
+
 
 def read_csv(out, name):
     with open(out / f"{name}.csv", newline="", encoding="utf-8") as f:
@@ -31,25 +53,87 @@ def compare(rows, quantity):
     return (float(r["x"]) if r["x"] else None), (float(r["y"]) if r["y"] else None)
 
 
-# the write-up's numbers each lesson's handout must quote
-REFERENCES = {
-    "knee": ["25.3 ms", "1.04 ms", "≈ 24 rows", "606 ms", "25 ms"],
-    "budget": ["8 per drafted pass", "24 per drafted pass", "6 of 8"],
-    "acceptance": ["about 8x", "barely better", "2.4x", "0.5"],
-    "row-cost": ["30.5 + 6.9 Halo", "30.3 + 14.8 R9700", "1.23 Halo, 1.49 R9700", "1.45 Halo, 1.98 R9700",
-                 "1.68 Halo, 2.47 R9700"],
-    "penalties": ["1.50", "H_i = last W of prompt", "24 of 24 prompts", "33.87 vs 33.82"],
-    "rejection": ["200,000", "in every control case"],
-    "ar-floor": ["up to three", "nothing strictly cheaper", "33.78", "58.67", "34.92", "40.71"],
+# where each write-up says what a lesson's handout must quote: (seed, pattern); a group that is a
+# number must be among the numbers the handout gives as the write-up's, any other group in its words
+QUOTED = {
+    "knee": [("000", r"the ([\d.]+) millisecond decode floor divided by the ([\d.]+) milliseconds"),
+             ("000", r"From one candidate up to about ([\w-]+),"),
+             ("000", r"in one pass costs about (\d+) milliseconds"),
+             ("000", r"about (\d+) milliseconds\. Same tokens")],
+    "budget": [("000", r"^\| Linear prompt lookup[^|]*\| (\d+) \|"),
+               ("000", r"^\| Deeper linear block[^|]*\| (\d+) \|"), ("000", r"^\| Token tree[^|]*\| (\d+) \|"),
+               ("001", r"^\| Candidate tokens proposed[^|]*\| (\d+) \|"),
+               ("001", r"^\| Tokens accepted[^|]*\| (\d+) \|")],
+    "acceptance": [("001", r"at α = ([\d.]+) a block of (\d+) is worth about (\d+)x"),
+                   ("001", r"at α = ([\d.]+) it is (barely better) than a block of (\d+)"),
+                   ("001", r"climbs past about ([\d.]+)"), ("001", r"is about ([\d.]+)x rather than"),
+                   ("001", r"report a consistent (\d+)x to (\d+)x")],
+    "row-cost": [("002", r"Strix Halo ([\d.]+) \+ ([\d.]+) ms/row R9700 ([\d.]+) \+ ([\d.]+) ms/row"),
+                 ("002", r"^1 2 ([\d.]+) ([\d.]+)$"), ("002", r"^2 3 ([\d.]+) ([\d.]+)$"),
+                 ("002", r"^3 4 ([\d.]+) ([\d.]+)$")],
+    "penalties": [("002", r"presence penalty of ([\d.]+)"), ("002", r"(H_i = last W) tokens of"),
+                  ("002", r"same emitted IDs on (\d+) of (\d+) prompts"),
+                  ("002", r"Strix Halo ([\d.]+) tok/s neutral vs ([\d.]+) penalized")],
+    "rejection": [("002", r"draws ([\d,]+) trials per case"), ("002", r"fails the same test (in every control case)")],
+    "ar-floor": [("002", r"probe(up to \w+) speculative windows"), ("002", r"decide(nothing strictly cheaper)"),
+                 ("002", r"^([\d.]+)tok/s\nStrix Halo, greedy AR$"),
+                 ("002", r"^([\d.]+)tok/s\nStrix Halo, greedy native MTP$"),
+                 ("002", r"^([\d.]+)tok/s\nR9700, greedy AR$"), ("002", r"^([\d.]+)tok/s\nR9700, greedy native MTP$")],
 }
+
+
+def write_up_side(md: str) -> str:
+    """What a handout gives as the write-up's: its claim and the write-up column of its table."""
+    lines = md.splitlines()
+    claim = [ln for ln in lines if ln.startswith("**The write-up's claim**")]
+    cells = [ln.split(" | ")[1] for ln in lines if ln.startswith("| ") and not ln.startswith("| ---")]
+    assert claim and cells
+    return "\n".join(claim + cells)
+
+
+def test_the_seeds_module_holds_the_write_ups_numbers():
+    """engine.lessons.seeds against the write-ups' text (no model)."""
+    floor, per_candidate = said_numbers("000", QUOTED["knee"][0][1])
+    assert (S.RX9070_DECODE_MS, S.RX9070_MS_PER_CANDIDATE) == (floor, per_candidate)
+    assert S.RX9070_KNEE == said_numbers("000", QUOTED["knee"][1][1])[0] == round(floor / per_candidate)
+    assert (S.RX9070_PASS_24_MS, S.RX9070_STEPS_24_MS) == (said_numbers("000", QUOTED["knee"][2][1])
+                                                            + said_numbers("000", QUOTED["knee"][3][1]))
+    assert S.RX9070_AR_TOK_S == said_numbers("000", r"lands about ([\d.]+) tokens per second")[0]
+    assert [b for _, b in S.BUDGET_TABLE] == [said_numbers(s, p)[0] for s, p in QUOTED["budget"][:3]]
+    assert (S.LOOKUP_PROPOSED, S.LOOKUP_ACCEPTED, S.LOOKUP_STEPS_AVOIDED) == tuple(
+        said_numbers("001", p)[0] for p in (QUOTED["budget"][3][1], QUOTED["budget"][4][1],
+                                            r"^\| Serial decode steps avoided[^|]*\| (\d+) \|"))
+    alpha, gamma, times = said_numbers("001", QUOTED["acceptance"][0][1])
+    assert (alpha, gamma, S.GAMMA16_AT_09) == (0.9, 16, times)
+    assert S.ALPHA_FLAT_UNTIL == said_numbers("001", QUOTED["acceptance"][2][1])[0]
+    assert S.LOOKUP_AVERAGE_SPEEDUP == said_numbers("001", QUOTED["acceptance"][3][1])[0]
+    assert S.LOOKUP_SPEEDUP_RANGE == said_numbers("001", QUOTED["acceptance"][4][1])
+    assert (S.HALO_BASE_MS, S.HALO_MS_PER_ROW, S.R9700_BASE_MS, S.R9700_MS_PER_ROW) == said_numbers(
+        "002", QUOTED["row-cost"][0][1])
+    table = [said_numbers("002", p) for _, p in QUOTED["row-cost"][1:]]
+    assert (S.HALO_BREAK_EVEN, S.R9700_BREAK_EVEN) == (tuple(h for h, _ in table), tuple(r for _, r in table))
+    assert S.MTP_DEFAULT_DEPTH == said_numbers("002", r"the draft depth defaults to (\d+)")[0]
+    assert S.PRESENCE_PENALTY == said_numbers("002", QUOTED["penalties"][0][1])[0]
+    assert S.PENALTY_PROMPTS_IDENTICAL == said_numbers("002", QUOTED["penalties"][2][1])
+    assert S.PENALTY_AR_TOK_S == said_numbers("002", QUOTED["penalties"][3][1])
+    assert S.REJECTION_TRIALS == said_numbers("002", QUOTED["rejection"][0][1])[0]
+    assert S.FLOOR_MAX_PROBES == number(said("002", QUOTED["ar-floor"][0][1])[0].split()[-1])
+    assert (S.HALO_AR_TOK_S, S.HALO_MTP_TOK_S, S.R9700_AR_TOK_S, S.R9700_MTP_TOK_S) == tuple(
+        said_numbers("002", p)[0] for _, p in QUOTED["ar-floor"][2:])
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_files_and_the_write_ups_numbers(lesson_result, name):
     result, out = lesson_result(name)
     md = (out / f"{name}.md").read_text(encoding="utf-8")
-    for ref in REFERENCES[name]:
-        assert ref in md, f"{name}.md does not quote the write-up's {ref!r}"
+    quoted = write_up_side(md)
+    numbers = {float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*(?:\.\d+)?", quoted)}
+    for seed, pattern in QUOTED[name]:
+        for word in said(seed, pattern):
+            if re.fullmatch(r"[\d.,]+", word) or word in WORDS:
+                assert number(word) in numbers, f"{name}.md does not quote seed {seed}'s {word!r}"
+            else:
+                assert word in quoted, f"{name}.md does not quote seed {seed}'s {word!r}"
     assert "Why they differ" in md and result.why in md
     rows = read_csv(out, name)
     assert [r["kind"] for r in rows].count("compare") == len(result.comparisons)
@@ -89,38 +173,84 @@ def test_row_cost_csv_is_the_profile_and_the_seeds_fits(lesson_result):
     assert compare(rows, "tokens to break even, 1 draft")[1] == pytest.approx(prof.break_even(2))
 
 
-def test_budget_csv_is_counted_from_the_events(lesson_result):
+def emitted_tokens(run) -> list[int]:
+    return [t for e in run.events for t in e.emitted]
+
+
+def test_budget_shapes_spend_the_write_ups_budget_and_emit_plain_decoding(lesson_result):
+    """Each shape's bars against what its verify passes did, its budget against seed 000's table,
+    and its text against plain decoding's (greedy speculation emits exactly what plain decoding does)."""
     result, out = lesson_result("budget")
     rows = read_csv(out, "budget")
+    budgets = [said_numbers(seed, p)[0] for seed, p in QUOTED["budget"][:3]]          # 8, 24, 24
+    assert [y for _, y in points(rows, "seed 000's budget (candidate tokens)")] == budgets
     cand = [y for _, y in points(rows, "candidate tokens per drafted pass")]
     acc = [y for _, y in points(rows, "accepted draft tokens per pass")]
     tok_s = [y for _, y in points(rows, "tok/s")]
+    runs = result.data["runs"]
+    new_tokens = Budget.quick_budget().new_tokens
+    for plain in runs["plain AR"]:
+        assert plain.report["finish_reason"] == "length" and len(emitted_tokens(plain)) == new_tokens
     for i, shape in enumerate(("linear d8", "linear d24", "tree 3 x d8")):
-        evs = [e for run in result.data["runs"][shape] for e in run.events]
+        assert [emitted_tokens(r) for r in runs[shape]] == [emitted_tokens(r) for r in runs["plain AR"]], shape
+        evs = [e for run in runs[shape] for e in run.events]
         drafted = [e for e in evs if e.tokens]
-        assert cand[i] == pytest.approx(sum(len(e.tokens) for e in drafted) / len(drafted))
-        assert acc[i] == pytest.approx(sum(len(e.accepted_path) for e in evs) / len(evs))
-        reports = [run.report for run in result.data["runs"][shape]]
-        assert tok_s[i] == pytest.approx(sum(r["new_tokens"] for r in reports) / sum(r["wall_s"] for r in reports),
-                                         rel=1e-3)
+        # the decoder's own running counts (its last window's statistics), not the lesson's
+        last = [run.events[-1].stats for run in runs[shape]]
+        assert sum(st.forward_passes for st in last) == len(evs)
+        assert cand[i] == pytest.approx(sum(st.proposed_draft_tokens for st in last) / len(drafted))
+        assert 1 <= max(len(e.tokens) for e in drafted) <= budgets[i]
+        # each pass emits its accepted drafts and one token of the target's: the request's
+        # tokens less one per pass
+        total = new_tokens * len(runs[shape])
+        assert acc[i] == pytest.approx(total / len(evs) - 1)
+        assert acc[i] == pytest.approx(sum(st.accepted_draft_tokens for st in last) / len(evs))
+        assert tok_s[i] == pytest.approx(total / sum(run.report["wall_s"] for run in runs[shape]), rel=1e-3)
         depth = 24 if shape == "linear d24" else 8
-        assert max(len(e.tokens) for e in evs) <= (24 if shape != "linear d8" else 8)
         assert max((max(e.depths) for e in drafted), default=0) <= depth
 
 
-def test_acceptance_points_are_the_runs_alpha(lesson_result):
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_acceptance_curves_are_leviathans_and_the_points_the_runs_tokens(lesson_result):
     result, out = lesson_result("acceptance")
     rows = read_csv(out, "acceptance")
-    for x, y in points(rows, "γ = 16"):
-        assert y == pytest.approx(S.expected_tokens(x, 16))
-    assert S.expected_tokens(0.9, 16) == pytest.approx(8.33, abs=0.01)
-    code = [e for run in result.data["runs"]["code edits"] for e in run.events if e.tokens]
-    accepted = sum(len(e.accepted_path) for e in code)
-    tried = accepted + sum("correction" in e.emitted_kinds for e in code)
+
+    def curve(gamma: float) -> dict[float, float]:
+        return {round(x, 6): y for x, y in points(rows, f"γ = {int(gamma)}")}
+    # each curve summed term by term: the i-th draft is reached with probability α^i
+    for g in (2, 4, 8, 16):
+        for x, y in curve(g).items():
+            assert y == pytest.approx(sum(x ** i for i in range(g + 1)), rel=1e-9)
+    # the write-up's reading of them, in its own numbers
+    alpha, gamma, times = said_numbers("001", QUOTED["acceptance"][0][1])
+    assert round(curve(gamma)[alpha]) == times                             # "about 8x"
+    a, _, g4 = said("001", QUOTED["acceptance"][1][1])                    # "barely better"
+    assert curve(gamma)[float(a)] < 1.1 * curve(float(g4))[float(a)]
+    flat = said_numbers("001", QUOTED["acceptance"][2][1])[0]             # flat until 0.5
+    assert all(y <= 1 / (1 - flat) for x, y in curve(gamma).items() if x <= flat)
+    # the code edits' point, counted from the raw tokens: a linear draft's accepted tokens are the
+    # prefix it shares with what its window emitted (greedy: the target's own token follows the
+    # first draft that misses, or all drafts and a bonus token)
+    code_runs = result.data["runs"]["code edits"]
+    assert all(r.report["finish_reason"] == "length" for r in code_runs)
+    drafted = [e for r in code_runs for e in r.events if e.tokens]
+    accepted = tried = 0
+    for e in drafted:
+        assert e.parents == list(range(-1, len(e.tokens) - 1))             # width 1: one chain
+        k = common_prefix(e.tokens, e.emitted)
+        assert len(e.emitted) == k + 1
+        accepted += k
+        tried += k + (k < len(e.tokens))
     series = next(r["series"] for r in rows if r["kind"] == "point" and r["series"].startswith("code edits"))
-    (alpha, tpp), = points(rows, series)
-    assert alpha == pytest.approx(accepted / tried)
-    assert tpp == pytest.approx(sum(len(e.emitted) for e in code) / len(code))
+    (alpha_here, per_pass), = points(rows, series)
+    assert alpha_here == pytest.approx(accepted / tried)
+    assert per_pass == pytest.approx(1 + accepted / len(drafted))
 
 
 def test_penalties_rows_are_the_runs_rows(lesson_result):
@@ -188,12 +318,3 @@ def test_a_lesson_stops_when_asked(cpu_runtime):
     with pytest.raises(LessonCancelled):
         run_lesson("knee", cpu_runtime, Budget.quick_budget(), stop, progress)
     assert len(seen) == 1
-
-
-def test_times(lesson_result):
-    """Not a check: prints each lesson's time under the test budget (pytest -s)."""
-    for name in NAMES:
-        lesson_result(name)
-    times = lesson_result.times
-    print("lesson times:", {k: round(v, 1) for k, v in times.items()}, f"total {sum(times.values()):.1f} s")
-    assert set(times) == set(NAMES) and all(math.isfinite(v) and v > 0 for v in times.values())
