@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime
@@ -85,26 +86,51 @@ def _weight(x: Any, budget: int = MAX_OUTPUT, depth: int = 0) -> int:
     counted only up to just past `budget`. Every value a template may turn into text (output,
     `~`, a filter, a call, a format) is bounded by its weight first, so str() of a list that
     holds one 16 MB string 200 times is refused before it is built."""
+    return _weigh(x, budget, depth)[0]
+
+
+_memo = threading.local()       # .weights: {id: (container, weight)} while a render runs
+_MEMO_ITEMS = 1 << 22           # container items the memo may keep alive (then it starts over)
+
+
+def _weigh(x: Any, budget: int, depth: int) -> tuple[int, bool]:
+    """(weight, whether it may be remembered). Containers a template sees cannot change (the
+    sandbox is immutable), so their weight is remembered for the render: `messages|length` in
+    a loop over 2,000 messages walks them once, not 2,000 times. A namespace can change: a
+    container holding one is weighed afresh each time."""
     if isinstance(x, (str, bytes, bytearray)):
-        return len(x)
+        return len(x), True
     if x is None or isinstance(x, (bool, float)):
-        return 1
+        return 1, True
     if isinstance(x, int):
-        return x.bit_length() // 3 + 1
+        return x.bit_length() // 3 + 1, True
+    fixed = True
     if isinstance(x, jinja2.utils.Namespace):
-        x = object.__getattribute__(x, "_Namespace__attrs")
+        x, fixed = object.__getattribute__(x, "_Namespace__attrs"), False
     if isinstance(x, Mapping):
         items: Any = (v for kv in x.items() for v in kv)
     elif isinstance(x, (list, tuple, set, frozenset)):
         items = x
     else:
-        return 1                                # objects, generators, Undefined, macros
+        return 1, True                          # objects, generators, Undefined, macros
+    memo = getattr(_memo, "weights", None)
+    if memo is not None and fixed:
+        known = memo.get(id(x))
+        if known is not None and known[0] is x:
+            return known[1], True
     total = 1
     for item in items:
-        total += 1 if depth >= 64 else _weight(item, budget - total, depth + 1)
+        w, ok = (1, True) if depth >= 64 else _weigh(item, budget - total, depth + 1)
+        total, fixed = total + w, fixed and ok
         if total > budget:
-            break
-    return total
+            return total, False                 # a partial count: never remembered
+    if memo is not None and fixed:
+        _memo.items = getattr(_memo, "items", 0) + len(x)
+        if _memo.items > _MEMO_ITEMS:
+            memo.clear()
+            _memo.items = len(x)
+        memo[id(x)] = (x, total)
+    return total, fixed
 
 
 def _guard_value(x: Any, what: str = "it built a value") -> Any:
@@ -427,6 +453,7 @@ def render_chat_template(template: str | None, messages: list[dict], *, add_gene
     compiled = compile_chat_template(template)
     parts: list[str] = []
     size = 0
+    _memo.weights, _memo.items = {}, 0
     try:
         with _deadline(MAX_RENDER_S):
             for chunk in compiled.generate(messages=messages, tools=None, documents=None,
@@ -443,4 +470,6 @@ def render_chat_template(template: str | None, messages: list[dict], *, add_gene
     except Exception as e:  # noqa: BLE001 (code from a model file: any error is the template's)
         raise ParameterError(f"the model's chat template failed on these messages ({type(e).__name__}: "
                              f"{_cut(str(e), 200)}); pass the prompt as plain text (--prompt or a .txt file)") from None
+    finally:
+        _memo.weights = None
     return "".join(parts)

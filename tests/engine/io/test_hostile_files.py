@@ -255,6 +255,9 @@ def test_screened_cpu_head_refuses_non_finite_rows() -> None:
     ("{{ ('\\t' * 1000000).expandtabs(1000) }}", "expandtabs() would build"),
     ("{{ ('\\n' * 1000000)|indent(100) }}", "indent filter would build"),
     ("{{ ('a' * 100000).translate({97: 'b' * 1000}) }}", "translate() would build"),
+    # a namespace changes after its list was weighed: weighed again, not remembered
+    ("{% set ns = namespace(x='') %}{% set l = [ns] %}{{ l|length }}{% set ns.x = 'a' * 10000000 %}"
+     "{{ (l * 3)|length }}", "repeats a value 3 times"),
 ])
 def test_template_work_is_bounded_before_it_is_done(template, needle) -> None:
     with pytest.raises(ParameterError) as e:
@@ -279,6 +282,16 @@ def test_template_control_the_same_forms_at_real_sizes_render_as_jinja_does() ->
     env.filters["tojson"] = _tojson
     messages = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"}]
     assert render_chat_template(template, messages) == env.from_string(template).render(messages=messages)
+
+
+def test_a_long_chat_still_renders() -> None:
+    """2,000 messages, `messages|length` on each: each value's size is remembered for the render
+    (immutable), not walked 2,000 times (which ran past the render's time limit)."""
+    from engine.io.chat import render_chat_template
+    messages = [{"role": "user", "content": f"message {i} " * 10} for i in range(2000)]
+    out = render_chat_template("{% for m in messages %}{% if messages|length > 1 %}{{ m.content }}{% endif %}"
+                               "{% endfor %}", messages)
+    assert out == "".join(m["content"] for m in messages)
 
 
 def test_a_templates_own_error_message_is_cut_to_one_short_line() -> None:
