@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -152,17 +153,27 @@ def _tokenizer_call(what: str, quiet: bool = True) -> Iterator[None]:
                              "download the model's tokenizer files again") from None
 
 
+_STDERR_LOCK = threading.Lock()     # one redirection at a time: two threads would restore each other's
+
+
 @contextmanager
 def _stderr_held(hold: bool) -> Iterator[None]:
     """File descriptor 2 redirected to a temporary file for the block; its content is written
     back unless the block raised (then it is a panic's message, said in our own error)."""
-    saved = -1
-    if hold:
-        try:
-            sys.stderr.flush()
-            saved = os.dup(2)
-        except (OSError, ValueError, AttributeError):     # no fd 2 (a GUI without a console)
-            saved = -1
+    if not hold:
+        yield
+        return
+    with _STDERR_LOCK, _stderr_to_file():
+        yield
+
+
+@contextmanager
+def _stderr_to_file() -> Iterator[None]:
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):     # no fd 2 (a GUI without a console)
+        saved = -1
     if saved < 0:
         yield
         return
