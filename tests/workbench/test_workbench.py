@@ -28,6 +28,43 @@ def view_state(win) -> dict:
             "roofline_points": win.roofline.state.get("points")}
 
 
+def png(path):
+    from PySide6.QtGui import QImage
+    img = QImage(str(path))
+    assert not img.isNull(), path
+    return img.convertToFormat(QImage.Format.Format_RGB32)
+
+
+def colour(img, x: int, y: int) -> str:
+    from PySide6.QtGui import QColor
+    return QColor(img.pixel(x, y)).name()
+
+
+def colours(img, rect=None) -> set[str]:
+    x0, y0, w, h = rect or (0, 0, img.width(), img.height())
+    return {colour(img, x, y) for x in range(x0, x0 + w) for y in range(y0, y0 + h)}
+
+
+def crop(img, win, widget):
+    """`widget`'s rectangle in an image of the whole window `win`."""
+    from PySide6.QtCore import QPoint
+    at = widget.mapTo(win, QPoint(0, 0))
+    return img.copy(at.x(), at.y(), widget.width(), widget.height())
+
+
+# the tree's path: the accepted nodes, a bonus or a correction token, drawn with the thick pen (in
+# exact pixels); the outcome colours the legend names
+PATH_COLOURS = {ACCEPTED: "#5bbf7a", BONUS: "#e3b341", CORRECTION: "#6aa7f0"}
+
+
+def path_colours(seen: set[str]) -> set[str]:
+    return {role for role, c in PATH_COLOURS.items() if c in seen}
+
+
+def expected_path_colours(ev) -> set[str]:
+    return ({ACCEPTED} if ev.accepted_path else set()) | ({ev.emitted_kinds[-1]} & {BONUS, CORRECTION})
+
+
 # ---- no model needed --------------------------------------------------------------------------
 
 def test_engine_imports_without_qt():
@@ -163,14 +200,20 @@ def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
     assert win.output.plain_text() == "".join(t for ev in store.events for t in ev.emitted_texts)
     assert win.output.kinds_shown() == [k for ev in store.events for k in ev.emitted_kinds]
     assert win.last_report["new_tokens"] == sum(len(ev.emitted) for ev in store.events)
-    # export: every plot as PNG, the rows as CSV (one line per row)
-    from PySide6.QtGui import QImage
-
+    # export: every view as PNG, the rows as CSV (one line per row)
     from workbench import export
-    for name in export.VIEWS:
-        path = export.export_png(win, name, tmp_path / f"{name}.png")
-        img = QImage(str(path))
-        assert not img.isNull() and img.width() > 50 and img.height() > 50, name
+    win.select_row(0)                  # the root: no node drawn in the selection colour
+    images = {name: png(export.export_png(win, name, tmp_path / f"{name}.png")) for name in export.VIEWS}
+    # the whole window: the window at its size, the table and the output in it exactly as their
+    # own images, at their places
+    whole = images["window"]
+    assert (whole.width(), whole.height()) == (win.width(), win.height())
+    for name in ("rows", "output"):
+        assert crop(whole, win, getattr(win, name)) == images[name], name
+    # the tree: the panel's colour around it, the shown window's path in the outcome colours
+    tree = images["tree"]
+    assert colour(tree, 0, 0) == "#22272e"
+    assert path_colours(colours(tree)) == expected_path_colours(store[len(store) - 1])
     rows_csv = export.export_csv(win, tmp_path / "rows.csv")
     with rows_csv.open(newline="", encoding="utf-8") as f:
         lines = list(csv.reader(f))
@@ -348,21 +391,35 @@ def test_garbage_is_collected_on_the_main_thread_only(qtbot, cpu_spec, cpu_host)
     assert on_main and all(on_main), on_main     # collected, and on the main thread only
 
 
-def test_screenshot_command(qtbot, cpu_spec, tmp_path, capsys):
-    from PySide6.QtGui import QImage
-
+def test_screenshot_command(qtbot, cpu_spec, tmp_path, capsys, monkeypatch):
+    import workbench.app
     from specscope.cli import main
+    shown = []
+    real = workbench.app.run_offscreen
+
+    def keep_the_window(app, win, *args, **kwargs):      # the real run_offscreen; the window kept
+        shown.append(win)
+        return real(app, win, *args, **kwargs)
+    monkeypatch.setattr(workbench.app, "run_offscreen", keep_the_window)
     prompt = tmp_path / "p.txt"
     prompt.write_text(PROMPT, encoding="utf-8")
     shot = tmp_path / "shot.png"
     code = main(["--screenshot", str(shot), "--windows", "2", "--device", "cpu", "--dtype", "float32",
                  "--prompt-file", str(prompt), "--no-probe"])
     assert code == 0
-    img = QImage(str(shot))
-    assert (img.width(), img.height()) == (1640, 1000)
-    colors = {img.pixel(x, y) for x in range(0, 1640, 37) for y in range(0, 1000, 29)}
-    assert len(colors) > 20                      # drawn, not a blank frame
     assert f"saved {shot} (2 windows)" in capsys.readouterr().err      # the run reached the window
+    (win,) = shown
+    img = png(shot)
+    assert (img.width(), img.height()) == (1640, 1000)
+    assert len(win.store) == 2
+    # the shot shows the table and the output where they are, as they draw themselves
+    for view in (win.rows, win.output):
+        assert crop(img, win, view) == view.grab().toImage().convertToFormat(img.format())
+    # and the last window's tree in its place, its path in the outcome colours
+    canvas = win.tree.canvas.viewport()
+    at = canvas.mapTo(win, canvas.rect().topLeft())
+    seen = colours(img, (at.x(), at.y(), canvas.width(), canvas.height()))
+    assert path_colours(seen) == expected_path_colours(win.store[1]) != set()
 
 
 def test_offscreen_run_draws_every_view_before_the_shot(qtbot, qapp, make_window, tmp_path):
@@ -373,18 +430,31 @@ def test_offscreen_run_draws_every_view_before_the_shot(qtbot, qapp, make_window
     assert run_offscreen(qapp, win, str(tmp_path / "s.png"), 3) == 0
     assert len(win.store) == 3
     assert "no windows yet" not in win.stats.headline.text()
-    # the ratio to AR is decode against decode: the run's own rate counts its prefill
+    # every plot shows the last window: the run's three windows, the decoder's own counts
+    last = win.store[2].stats
     st = win.stats.state
+    assert st["windows"] == 3 and st["tok_s"] == last.tok_s
+    assert win.roofline.state["points"] == 3
+    assert win.roofline.state["tokens_per_pass"] == pytest.approx(last.tokens_per_pass)
+    # the ratio to AR is decode against decode: the run's own rate counts its prefill
     assert st["decode_tok_s"] > st["tok_s"] > 0
     if st["ar_tok_s"]:
         assert f"{st['decode_tok_s'] / st['ar_tok_s']:.2f}× AR" in win.stats.headline.text()
-    # the case that left the stats empty: the run still counted as streaming and the plots had
-    # just been drawn, so the pacer held them back; render_all must draw them regardless
-    import time
-    win._streaming = lambda: True
-    win.pacer._plots_at = time.perf_counter()
-    win.render_all()
-    assert not win.pacer.pending
+
+
+def test_render_all_draws_the_plots_while_a_run_streams(qtbot, make_window):
+    """The case that left a shot's stats empty: a run still streaming and the plots drawn a
+    moment ago, so the pacer holds them back; render_all draws them regardless."""
+    win = make_window(dataclasses.replace(SMALL, max_new_tokens=400))
+    assert win.start_run()
+    wait_windows(qtbot, win, 2)
+    assert win.run.state == "running"          # streaming: the pacer spaces the plots out
+    for _ in range(2):                         # the second right after the first drew the plots
+        win.render_all()
+        assert not win.pacer.pending
+        assert win.stats.state["windows"] == win.roofline.state["points"] == len(win.store)
+    win.stop()
+    wait_idle(qtbot, win)
 
 
 def test_bad_model_shows_banner_and_worker_survives(qtbot, make_window, cpu_spec, cpu_runtime, tmp_path):
