@@ -1,70 +1,70 @@
-"""The run controller (workbench.run_control) over a stand-in worker: no model, no thread; and the
-generator worker's signal sequence on the real model (qtbot.waitSignals, order="strict")."""
+"""The run controller (workbench.run_control) over the real generator worker, and the worker's
+signal sequence, on the real model (qtbot.waitSignals, order="strict")."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Signal
+import dataclasses
 
-from workbench.host import ModelHost, RuntimeSpec
 from workbench.jobs import RunStarted
 from workbench.run_control import RunController
 
 from tests.workbench.conftest import SMALL, TIMEOUT_MS
 
 
-def test_run_controller_keeps_its_own_state_and_drops_replaced_runs(qtbot):
-    class Worker(QObject):                # the GeneratorWorker's signals; calls are recorded
-        state_changed = Signal(int, str)
-        progress = Signal(int, str, float)
-        runtime_ready = Signal(int, object)
-        noted = Signal(int, object)
-        yielded = Signal(int, object)
-        returned = Signal(int, object)
-        errored = Signal(int, str, str)
+def test_run_controller_keeps_its_own_state_and_drops_replaced_runs(qtbot, cpu_spec, cpu_host):
+    """Run 1 streams, then run 2 replaces it, started paused (Step from idle: one window, then
+    paused): nothing of run 1 reaches the controller after that (the worker still sends its end),
+    every window after is run 2's, one per step; detached, the controller hears nothing more."""
+    from engine.io.prompts import encode_prompt
+    from workbench.worker import GeneratorWorker
 
-        def __init__(self):
-            super().__init__()
-            self.host = ModelHost()
-            self.calls: list = []
-            self.ids = 0
-
-        def submit(self, job):
-            self.ids += 1
-            self.calls.append(("submit", job))
-            return self.ids
-
-        def __getattr__(self, name):       # pause, resume, step, stop
-            return lambda *a: self.calls.append((name, *a))
-
-    w = Worker()
-    run = RunController(w)
+    worker = GeneratorWorker(cpu_host)
+    run = RunController(worker)
     states, windows, reports, headers = [], [], [], []
     run.state_changed.connect(states.append)
     run.window.connect(windows.append)
     run.finished.connect(reports.append)
     run.started.connect(headers.append)
-    run.start(RuntimeSpec(), "p", SMALL, probe=False)
-    run.start(RuntimeSpec(), "p", SMALL, probe=False, paused=True)        # replaces run 1
-    jobs = [c[1] for c in w.calls if c[0] == "submit"]
-    assert [j.kind for j in jobs] == ["run", "run"] and jobs[1].start_paused and run.run_id == 2
-    assert run.state == "starting" and run.paused
-    w.yielded.emit(1, "late window of run 1")
-    w.state_changed.emit(1, "idle")                                      # run 1 ending: not ours
-    w.returned.emit(1, {"run": 1})
-    w.yielded.emit(7, "a sweep's tick")                                  # another job on the worker
-    assert run.state == "starting" and windows == [] and reports == []
-    w.state_changed.emit(2, "running")
-    w.noted.emit(2, RunStarted({"settings": {}}))
-    w.yielded.emit(2, "window 0 of run 2")
-    w.state_changed.emit(2, "paused")
-    assert run.state == "paused" and windows == ["window 0 of run 2"] and headers == [{"settings": {}}]
+    said = []                                       # what the worker itself sends: (job, state)
+    worker.state_changed.connect(lambda job, state: said.append((job, state)))
+    returned = []
+    worker.returned.connect(lambda job, report: returned.append(job))
+    long = dataclasses.replace(SMALL, max_new_tokens=400)
+    first, second = "def f(x):\n    return x\n\n" * 3, "def g(y):\n    return y + 1\n\n" * 4
+
+    run.start(cpu_spec, first, long, probe=False)
+    run_1 = run.run_id
+    assert run.state == "starting" and not run.paused
+    qtbot.waitUntil(lambda: len(windows) >= 1, timeout=TIMEOUT_MS)            # run 1 streams
+    assert run.state == "running" and len(headers) == 1
+    run.start(cpu_spec, second, long, probe=False, paused=True)                # replaces run 1
+    run_2 = run.run_id
+    assert run_2 != run_1 and run.state == "starting" and run.paused
+    n_1 = len(windows)
+    qtbot.waitUntil(lambda: run_1 in returned and len(windows) == n_1 + 1 and run.state == "paused",
+                    timeout=TIMEOUT_MS)
+    qtbot.wait(300)
+    # run 1 ended (the worker sent its report): none of it came through, only run 2's first window
+    assert len(windows) == n_1 + 1 and reports == [] and len(headers) == 2
+    prompt_2 = len(encode_prompt(cpu_host.rt.tokenizer, second))
+    assert windows[-1].index == 0 and windows[-1].committed_len == prompt_2
+    run.step()
+    qtbot.waitUntil(lambda: len(windows) == n_1 + 2 and (run_2, "paused") in said[-1:], timeout=TIMEOUT_MS)
+    qtbot.wait(300)
+    assert len(windows) == n_1 + 2 and windows[-1].index == 1        # one window a step
     run.resume()
-    assert not run.paused and ("resume", 2) in w.calls
+    assert not run.paused
+    qtbot.waitUntil(lambda: len(windows) >= n_1 + 3, timeout=TIMEOUT_MS)
+    assert run.state == "running"
+    assert [e.index for e in windows[n_1:]] == list(range(len(windows) - n_1))
     run.detach()                                                         # a recording took over
-    assert run.state == "idle" and ("stop", 2) in w.calls
-    w.yielded.emit(2, "late window of run 2")
-    assert windows == ["window 0 of run 2"]
-    assert states == ["starting", "running", "paused", "paused", "idle"]
+    assert run.state == "idle" and run.run_id == 0
+    n_2 = len(windows)
+    qtbot.waitUntil(lambda: run_2 in returned and (run_2, "idle") in said, timeout=TIMEOUT_MS)
+    qtbot.wait(300)
+    assert len(windows) == n_2 and reports == []
+    assert states[0] == "starting" and states[-1] == "idle" and states.count("idle") == 1
+    assert worker.shutdown(5000)
 
 
 def test_the_workers_signals_come_in_order(qtbot, cpu_spec, cpu_host):
