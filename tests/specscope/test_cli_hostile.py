@@ -14,27 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 from hostile import CONTEXT, write_gguf  # noqa: E402
-
-
-class Result:
-    def __init__(self, returncode: int, stdout: str, stderr: str):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-@pytest.fixture
-def specscope(capsys):
-    """The command line run in this process (no torch import per call): exit code and output."""
-    from specscope.cli import main
-
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        try:
-            code = main(list(args))
-        except SystemExit as e:           # argparse's own errors
-            code = e.code
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-    return run
+from cli_helpers import Result  # noqa: E402
 
 
 def one_error(r: Result) -> str:

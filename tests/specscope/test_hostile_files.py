@@ -21,33 +21,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 from hostile import write_gguf, write_hf  # noqa: E402
+from cli_helpers import Result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "llamacpp"
 SWEEP = FIX / "sweep_cpu_code-edit.json"
 BENCH_JSON = FIX / "llama-bench_cpu-t1_smollm2-q4_1_d1024.json"
 CHILD_TIMEOUT_S = 120          # a whole command: a hang would be far longer
-
-
-class Result:
-    def __init__(self, returncode: int, stdout: str, stderr: str):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-@pytest.fixture
-def specscope(capsys):
-    """The command line in this process (no torch import per call): exit code and output."""
-    from specscope.cli import main
-
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-    return run
 
 
 def cli(*args, stdout=subprocess.PIPE, timeout: float = CHILD_TIMEOUT_S, **kw) -> Result:

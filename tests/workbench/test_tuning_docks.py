@@ -86,7 +86,7 @@ def test_loading_a_saved_sweep_and_a_bad_file(qtbot, make_window, cpu_runtime, t
     bad.parent.mkdir()
     bad.write_text("[]")
     assert not win.sweep.load(bad)
-    assert "not a specscope sweep" in win.banner.message()
+    assert "a sweep file must be a JSON object, not a list" in win.banner.message()
     # a sweep saved before any cell ran: every planned cell drawn, pending; the form takes its config
     path = workload_file(tmp_path)
     cfg = SweepConfig(workload=str(path), drafts=("tree",), depths=(3, 6), widths=(1, 2), new_tokens=9)

@@ -26,6 +26,7 @@ from engine.weights import CpuFastWeight, CpuInt8Blocks, PackedWeight
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
 from make_model import SHAPES, write_model  # noqa: E402
+from row_passes import one_row_logits  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"),
                                 reason="this torch has no CPU int4pack matmul")
@@ -96,22 +97,12 @@ def test_fast_logits_near_float32(fast_runtime, cpu_runtime, code_edit_prompts):
     assert agree / tot > 0.96
 
 
-def _ar_logits(rt, prompt, toks):
-    ses = rt.session(len(prompt) + len(toks) + 8)
-    ses.prefill(prompt)
-    out = []
-    for t in toks:
-        out.append(ses.verify([t], *chain(1)).logits)
-        ses.advance(1)
-    return torch.cat(out)
-
-
 def test_window_rows_equal_one_row_passes_bitwise(fast_runtime, code_edit_prompts):
     rt = fast_runtime
     for p in code_edit_prompts[:2]:
         ids = encode_prompt(rt.tokenizer, p["messages"])
         prompt, toks = ids[:-33], ids[-33:]
-        ref = _ar_logits(rt, prompt, toks)
+        ref = one_row_logits(rt, prompt, toks)
         for r in (2, 3, 5, 9, 17, 33):
             ses = rt.session(len(ids) + 8)
             ses.prefill(prompt)
@@ -148,7 +139,7 @@ def test_tree_rows_on_side_branches_equal_one_row_passes_bitwise(fast_runtime, c
     rt = fast_runtime
     ids = encode_prompt(rt.tokenizer, code_edit_prompts[0]["messages"])
     prompt, toks = ids[:-12], ids[-12:]
-    ref = _ar_logits(rt, prompt, toks)
+    ref = one_row_logits(rt, prompt, toks)
     for n_decoy, at in ((1, 0), (5, 3), (14, 0)):
         tokens, parents = list(toks), [-1] + list(range(11))        # the real chain first
         p = at

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from engine.io.prompts import encode_prompt
-from engine.model.runtime import Runtime, chain
+from engine.model.runtime import Runtime
 from engine.speculation.decoder import Decoder
 from engine.speculation.settings import DecodeSettings
+from row_passes import one_row_logits
 
 
 @pytest.fixture(scope="module", params=["float32", "bfloat16"])
@@ -22,17 +23,6 @@ def dense_runtime(request, loaded_model):
     return rt
 
 
-def _one_row_logits(rt, prompt, toks):
-    ses = rt.session(len(prompt) + len(toks) + 8)
-    ses.prefill(prompt)
-    out = []
-    for t in toks:
-        out.append(ses.verify([t], *chain(1)).logits)
-        ses.advance(1)
-    ses.close()
-    return torch.cat(out)
-
-
 def test_side_branch_rows_equal_one_row_passes_bitwise(dense_runtime, code_edit_prompts):
     """The real chain of 9 tokens placed after a decoy branch of 5 (its rows sit at later slots
     than their positions): every real row's logits equal the one-row passes', bit for bit."""
@@ -40,7 +30,7 @@ def test_side_branch_rows_equal_one_row_passes_bitwise(dense_runtime, code_edit_
     assert rt.exact_rows and rt.tie_margin == 0.0
     ids = encode_prompt(rt.tokenizer, code_edit_prompts[1]["messages"])
     prompt, toks = ids[:-9], ids[-9:]
-    ref = _one_row_logits(rt, prompt, toks)
+    ref = one_row_logits(rt, prompt, toks)
     tokens = [toks[0]] + [(t * 7 + 13) % 49152 for t in toks[1:6]] + toks[1:]
     parents = [-1, 0, 1, 2, 3, 4] + [0] + list(range(6, 6 + 7))
     R = len(tokens)
