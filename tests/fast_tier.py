@@ -38,6 +38,7 @@ MODEL_TESTS: dict[str, tuple[str, ...]] = {
         "test_cli_norms_overflowing_to_inf_at_the_cpu_head",
         "test_a_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing"),
     "tests/fuzz/test_fuzz_tensor_infos.py": (),
+    "tests/fuzz/test_fuzz_saved_files.py": ("test_fuzz_recordings", "test_recording_versions_and_spin_box_ranges"),
     "tests/engine/io/test_loading.py": (
         "test_bundled_model_config_weights_and_speed", "test_gguf_shape_mismatch_and_missing_tensor",
         "test_gguf_unknown_architecture", "test_gguf_unsupported_tensor_type", "test_hf_folder_errors",

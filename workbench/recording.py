@@ -3,6 +3,17 @@
 Line 1 is a header `{"specscope_recording": 1, "settings": {...}, "model": ..., "device": ...}`;
 every following line is one `WindowEvent.to_dict()`; an optional last line
 `{"specscope_report": {...}}` holds the run's JSON report.
+
+The header's `specscope_recording` is the format version (FORMAT_VERSION). Every recording ever
+written carries it (version 1 since the first recorder), so a header without it is no recording;
+a version above FORMAT_VERSION (a newer specscope's), or one that is not a whole number >= 1, is
+refused at load with one RecordingError rather than replayed as something else. The settings
+(the header's and each window's) must be valid DecodeSettings whose numbers fit the window's
+inputs (engine.speculation.setting_fields: the spin boxes' ranges), so a replay never clamps one.
+
+Written without NaN or Infinity anywhere but a window's free-form `figures` (a plan's "no price
+yet" is NaN, and describe() prints it); the reader accepts those there and checks every typed
+float finite.
 """
 
 from __future__ import annotations
@@ -14,8 +25,9 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from engine.errors import SpecscopeError
-from engine.io.jsonfile import read_jsonl
+from engine.errors import ParameterError, SpecscopeError
+from engine.io.jsonfile import finite_copy, read_jsonl
+from engine.speculation.setting_fields import check_ranges
 from engine.speculation.events import WindowEvent
 
 from workbench.store import EventStore
@@ -119,13 +131,42 @@ def _check_tree(d: dict) -> None:
             raise ValueError(f"{key} is {d[key]:,}")
 
 
+def _check_version(obj: dict, where: str) -> None:
+    v = obj["specscope_recording"]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise RecordingError(f"{where}: the format version is {_show(v)}, not a whole number >= 1; "
+                             "open a .jsonl file saved with 'Save recording'")
+    if v > FORMAT_VERSION:
+        raise RecordingError(f"{where}: a version {v:,} recording (a newer specscope's); this "
+                             f"specscope reads versions 1 to {FORMAT_VERSION}")
+
+
+def check_settings(settings: dict) -> None:
+    """A recording's settings (header or window): numbers inside the window's inputs, then valid
+    DecodeSettings (ValueError, the field named)."""
+    try:
+        check_ranges(settings, "settings")
+        from engine.speculation.settings import DecodeSettings
+        DecodeSettings.from_dict(settings)
+    except ParameterError as e:
+        raise ValueError(str(e)) from None
+    except (TypeError, ValueError) as e:       # an unknown sampler key, a string for a number
+        raise ValueError(f"settings are not decode settings ({str(e)[:120]})") from None
+
+
 def _checked_header(obj: dict, where: str) -> dict:
+    _check_version(obj, where)
     header = {k: v for k, v in obj.items() if k != "specscope_recording"}
     for key, kind in (("settings", dict), ("card_profile", dict), ("model", str), ("device", str),
                       ("weights", str)):
         if header.get(key) is not None and not isinstance(header[key], kind):
             raise RecordingError(f"{where}: the header's {key} is {_show(header[key])}, not "
                                  f"{'an object' if kind is dict else 'text'}")
+    if header.get("settings"):
+        try:
+            check_settings(header["settings"])
+        except ValueError as e:
+            raise RecordingError(f"{where}: the header's {e}") from None
     if header.get("card_profile"):
         from engine.cost.profile import CostProfile
         try:
@@ -142,18 +183,30 @@ def event_from_dict(obj: Any) -> WindowEvent:
     """A WindowEvent from one recording line, every field checked first (ValueError)."""
     _check_type(obj, WindowEvent, "")
     _check_tree(obj)
+    if obj.get("settings"):
+        check_settings(obj["settings"])
     return WindowEvent.from_dict(obj)
+
+
+def _finite_event(d: dict) -> dict:
+    """An event's dict with no NaN or Infinity outside `figures` (there they mean "no price"; see
+    the module docstring); a typed float the decoder left non-finite is written null."""
+    out = finite_copy({k: v for k, v in d.items() if k != "figures"})
+    if "figures" in d:
+        out["figures"] = d["figures"]
+    return out
 
 
 def save_recording(path: str | Path, store: EventStore) -> Path:
     path = Path(path)
     header = {"specscope_recording": FORMAT_VERSION, **store.header}
     with path.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(header, ensure_ascii=False) + "\n")
+        f.write(json.dumps(finite_copy(header), ensure_ascii=False, allow_nan=False) + "\n")
         for ev in store.events:
-            f.write(json.dumps(ev.to_dict(), ensure_ascii=False) + "\n")
+            f.write(json.dumps(_finite_event(ev.to_dict()), ensure_ascii=False) + "\n")
         if store.report is not None:
-            f.write(json.dumps({"specscope_report": store.report}, ensure_ascii=False) + "\n")
+            f.write(json.dumps({"specscope_report": finite_copy(store.report)}, ensure_ascii=False,
+                               allow_nan=False) + "\n")
     return path
 
 

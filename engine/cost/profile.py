@@ -10,7 +10,6 @@ references live in assets/profiles.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -18,7 +17,7 @@ from typing import Any, Iterable, Sequence
 from engine.assets import ASSETS
 from engine.cost.fit import CostFit, fit_points
 from engine.errors import ParameterError, SpecscopeError
-from engine.io.jsonfile import MiB, parse_json, read_json
+from engine.io.jsonfile import MiB, dumps, parse_json, read_json
 
 KINDS = ("measured", "roofline", "linear_fit")
 
@@ -102,7 +101,7 @@ class CostProfile:
         return d
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1)
+        return dumps(self.to_dict(), indent=1)     # no NaN or Infinity: read back as written
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CostProfile":
@@ -135,9 +134,9 @@ class CostProfile:
                 fit = fit_points(points)
             else:
                 raise ParameterError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        except (KeyError, TypeError, ValueError) as e:
-            raise SpecscopeError(
-                f"cost profile {d.get('id', '?')!r} is malformed ({type(e).__name__}: {e}); "
+        except (KeyError, IndexError, TypeError, ValueError, ArithmeticError, AttributeError) as e:
+            raise SpecscopeError(     # ArithmeticError: a roofline's 0 ms per candidate, 1e308 / 1e-308
+                f"cost profile {str(d.get('id', '?'))[:60]!r} is malformed ({type(e).__name__}: {e}); "
                 "re-run `specscope roofline` to write a fresh one") from None
         extra = {k: v for k, v in d.items() if k not in used}
         return cls(points=points, fit=fit, extra=extra, **base)

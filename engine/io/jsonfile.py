@@ -224,3 +224,21 @@ def read_jsonl(path: str | os.PathLike, what: str, *, shape: Shape = dict,
                 continue
             yield n, parse_json(text, where, what=f"each line of {what}", shape=shape, error=error, fix=fix,
                               finite=finite)
+
+
+def finite_copy(value: Any) -> Any:
+    """`value` with every NaN / infinite float replaced by None (null): what our writers pass to
+    json.dumps, so a file we write is never one read_json refuses (a sweep cell's ratio of 0/0, an
+    infinite fit figure). Recursive over dicts, lists and tuples; other values are returned as is."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_copy(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """json.dumps of `finite_copy(value)` with allow_nan=False: no NaN or Infinity is ever written."""
+    return json.dumps(finite_copy(value), allow_nan=False, **kwargs)

@@ -9,8 +9,11 @@ Plain data: no argparse, no Qt.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any, Mapping
 
+from engine.errors import ParameterError
 from engine.speculation.settings import DRAFTERS, MATCH_RULES, SAMPLING_FIELDS
 
 
@@ -84,3 +87,29 @@ FIELDS: tuple[SettingField, ...] = (
       lo=1, hi=1_000_000),
 )
 BY_NAME: dict[str, SettingField] = {f.name: f for f in FIELDS}
+
+
+def _show(f: SettingField, x: float) -> str:
+    return f"{int(x):,}" if f.kind is int else f"{x:g}"
+
+
+def check_ranges(d: Mapping[str, Any], where: str = "the settings") -> None:
+    """Every number of a settings dict (DecodeSettings.to_dict's nested form or the older flat
+    one) a number of its field's kind, finite, inside what the field's input offers (the window's
+    spin boxes: a value past them would be clamped there without a word); ParameterError naming
+    the field and its range otherwise. Files we read settings from (recordings, sweeps) pass here
+    before DecodeSettings validates the combination."""
+    nested = d.get("sampling")
+    nested = nested if isinstance(nested, Mapping) else {}
+    for f in FIELDS:
+        if f.kind not in (int, float):
+            continue
+        values = ([d[f.name]] if f.name in d else []) + ([nested[f.name]] if f.sampling and f.name in nested else [])
+        for v in values:
+            number = isinstance(v, (int, float)) and not isinstance(v, bool) and (
+                f.kind is float or isinstance(v, int))
+            if not (number and math.isfinite(v) and f.lo <= v <= f.hi):
+                shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+                raise ParameterError(f"{where}: {f.name} ({f.flag}) is {shown}, not "
+                                     f"{'an integer' if f.kind is int else 'a number'} from "
+                                     f"{_show(f, f.lo)} to {_show(f, f.hi)}")

@@ -41,7 +41,7 @@ from engine.cost.acceptance import expected_tokens, fit_acceptance
 from engine.session import draft_opener
 from engine.speculation.decoder import Decoder
 from engine.tuning.grid import Cell, SweepConfig, ar_settings, plan_cells
-from engine.tuning.sweep_file import KIND, VERSION, summarize
+from engine.tuning.sweep_file import KIND, VERSION, measured, summarize
 
 
 class SweepCancelled(Exception):
@@ -224,8 +224,7 @@ class Sweep:
         """The skipped entry, when the cost profile predicts the cell loses by the margin."""
         if cell.adaptive or self.cfg.skip_margin <= 0 or self.profile is None:
             return None
-        best = max((c["ratio_to_ar"] for c in self.result["cells"] if c["status"] == "done"
-                    and c["ratio_to_ar"] is not None and not c["adaptive"]), default=None)
+        best = max((c["ratio_to_ar"] for c in measured(self.result)), default=None)   # finite ratios
         near = [c for c in self.result["cells"] if c["status"] == "done" and not c["adaptive"]
                 and c["draft"] == cell.draft and c["width"] == cell.width and c["depth"] < cell.depth]
         if best is None or not near:

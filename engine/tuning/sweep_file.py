@@ -20,13 +20,13 @@ cut at any moment leaves a valid file holding every cell finished so far.
 from __future__ import annotations
 
 import csv
-import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ParameterError
-from engine.io.jsonfile import MiB, read_json
+from engine.io.jsonfile import MiB, dumps, read_json
 from engine.tuning.grid import Cell, parse_cell
 
 KIND = "specscope-sweep"
@@ -41,7 +41,7 @@ def save_sweep(result: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     js, cs = out / "sweep.json", out / "sweep.csv"
-    _atomic(js, json.dumps(result, indent=1, ensure_ascii=False))
+    _atomic(js, dumps(result, indent=1, ensure_ascii=False))   # no NaN: read back as written
     rows = [{"id": "ar", "draft": "none", "depth": 0, "width": 1, "adaptive": False,
              "ar_floor": False, "rows": 1, "status": "done" if result.get("ar") else "pending",
              "tok_s": (result.get("ar") or {}).get("tok_s"),
@@ -76,18 +76,65 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
         raise ParameterError(f"{p} is not a specscope sweep (no \"kind\": \"{KIND}\" with a cell list)")
     if d.get("version") != VERSION:
         raise ParameterError(f"{p} is a version {d.get('version')} sweep; this specscope reads version {VERSION}")
+    for i, c in enumerate(d["cells"]):
+        _check_cell(c, f"{p}: cell {i + 1}")
     return d
+
+
+_CELL_FIELDS: dict[str, tuple[type, ...]] = {   # what export, resume and the heat map read
+    "id": (str,), "draft": (str,), "status": (str,), "settings": (dict,), "depth": (int,),
+    "width": (int,), "rows": (int,), "adaptive": (bool,), "ar_floor": (bool,)}
+_CELL_FIGURES = ("tok_s", "decode_tok_s", "tokens_per_pass", "ratio_to_ar", "predicted_ratio")
+
+
+def _check_cell(c: Any, where: str) -> None:
+    """One cell of a sweep read from disk: the fields the readers use, of their types; its
+    settings valid DecodeSettings inside the window's inputs; its figures numbers or null.
+    ParameterError naming the cell and the field otherwise."""
+    from engine.speculation.setting_fields import check_ranges
+    from engine.speculation.settings import DecodeSettings
+    if not isinstance(c, dict):
+        raise ParameterError(f"{where} is not an object; run `specscope sweep --out DIR` again")
+    for key, kinds in _CELL_FIELDS.items():
+        v = c.get(key)
+        if key in ("id", "status", "settings", "adaptive") or v is not None:
+            if not isinstance(v, kinds) or (bool not in kinds and isinstance(v, bool)):
+                raise ParameterError(f"{where}: {key} is {type(v).__name__ if v is not None else 'missing'}, "
+                                     f"not {'text' if kinds == (str,) else kinds[0].__name__}")
+    if c["status"] not in ("done", "skipped"):
+        raise ParameterError(f"{where}: status is {c['status'][:40]!r}, not done or skipped")
+    for key in _CELL_FIGURES:
+        v = c.get(key)
+        if v is not None and not _finite(v):
+            raise ParameterError(f"{where}: {key} is {type(v).__name__}, not a number or null")
+    if c["status"] == "done" and c.get("ratio_to_ar") is not None and c.get("rows") is None:
+        raise ParameterError(f"{where}: a measured cell without its rows")
+    try:
+        check_ranges(c["settings"], f"{where}'s settings")
+        DecodeSettings.from_dict(c["settings"])
+    except ParameterError as e:
+        if str(e).startswith(where):
+            raise
+        raise ParameterError(f"{where}'s settings: {e}") from None
+    except (TypeError, ValueError) as e:
+        raise ParameterError(f"{where}: its settings are not decode settings ({str(e)[:120]})") from None
 
 
 def measured(result: dict[str, Any], adaptive: bool | None = False) -> list[dict[str, Any]]:
     """The cells that ran (not skipped); adaptive None: both kinds."""
     return [c for c in result.get("cells", []) if c.get("status") == "done"
-            and c.get("ratio_to_ar") is not None and (adaptive is None or c["adaptive"] == adaptive)]
+            and _finite(c.get("ratio_to_ar")) and (adaptive is None or c["adaptive"] == adaptive)]
+
+
+def _finite(x: Any) -> bool:
+    """A measured figure: a finite number (a NaN or infinite ratio, from a 0 ms or 0 tok/s run,
+    is no measurement, so such a cell is never the best, nor exported as it)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def best_cell(result: dict[str, Any]) -> dict[str, Any] | None:
     """The fixed cell with the highest measured ratio to AR (ties: the fewer rows)."""
-    cells = measured(result)
+    cells = [c for c in measured(result) if c.get("tok_s") is None or _finite(c["tok_s"])]
     return max(cells, key=lambda c: (c["ratio_to_ar"], -c["rows"]), default=None)
 
 
