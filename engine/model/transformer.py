@@ -25,7 +25,7 @@ from engine.model.fused_layer import fused_forward_for
 from engine.model.rope import rope_tables
 
 
-def _verify_attention(device: torch.device, cpu_fast: bool) -> Callable | None:
+def _verify_attention(device: torch.device) -> Callable | None:
     """The layout-invariant attention for verify passes on this device, or None (SDPA): a
     function of a pass's WindowLayout giving that pass's `attend(q, k, v)`."""
     if device.type == "cuda":
@@ -131,7 +131,7 @@ class Transformer:
         # step bit for bit: on a GPU with Triton (every linear kernel there is row-invariant),
         # and on the CPU in every dtype. Only a GPU without Triton falls back to SDPA with a
         # mask: exact to ~1e-6, not bit for bit (its near ties are flagged: runtime.TIE_MARGINS).
-        self.verify_attention = _verify_attention(self.device, self.cpu_fast)
+        self.verify_attention = _verify_attention(self.device)
         self.cos, self.sin = rope_tables(cfg, self.device, dtype, length=2048)   # [C, D] each, scaled
         self._retired_rope: list[tuple[torch.Tensor, torch.Tensor]] = []         # (_grow_rope)
         # a packed model on a GPU runs the fused layer (engine.model.fused_layer): ~9 launches
