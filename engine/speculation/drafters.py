@@ -33,7 +33,7 @@ from engine.errors import ParameterError
 from engine.speculation.events import Provenance
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng, SamplingConfig
-from engine.speculation.settings import DRAFTERS, LLAMACPP_DRAFTERS, MATCH_RULES
+from engine.speculation.settings import MATCH_RULES
 from engine.speculation.tree import TokenTree, build_trie
 
 if TYPE_CHECKING:
@@ -198,19 +198,3 @@ def tree_rows(depth: int, width: int) -> int:
     """Verify rows of a full tree of this depth and width, root included."""
     return 1 + depth + (width - 1) * min(depth, alternative_depth(depth))
 
-
-def make_drafter(name: str, match: str = "recent") -> Drafter | None:
-    """The drafter for `--draft name` ("none" -> None: plain decoding). The tree ranks by
-    recurrence, so `match` only applies to the lookup drafter."""
-    if name not in DRAFTERS:
-        raise ParameterError(f"drafter must be one of {', '.join(DRAFTERS)}, got {name!r}")
-    if name == "none":
-        return None
-    if name == "lookup":
-        return LookupDrafter(match)
-    if name in LLAMACPP_DRAFTERS:               # llama.cpp's drafters, ported line for line
-        from engine.speculation.llamacpp_ngram import LlamaCppNgramDrafter
-        return LlamaCppNgramDrafter(name)
-    if match not in MATCH_RULES:
-        raise ParameterError(f"match rule must be one of {', '.join(MATCH_RULES)}, got {match!r}")
-    return TreeDrafter()

@@ -22,18 +22,37 @@ from engine.errors import ParameterError
 from engine.limits import MAX_ROWS
 from engine.model.runtime import RowScores, Runtime, Session
 from engine.speculation.events import DraftReport
-from engine.speculation.drafters import Drafter, TreeDrafter, make_drafter, tree_rows
+from engine.speculation.drafters import Drafter, LookupDrafter, TreeDrafter, tree_rows
+from engine.speculation.llamacpp_ngram import LlamaCppNgramDrafter
 from engine.speculation.model_drafters import make_model_drafter, size_warning
 from engine.speculation.policies import (ArFloorPolicy, FixedPolicy, Learning, PlainPolicy,
                                          PricedPolicy, PricedTakeoverPolicy, TakeoverPolicy,
                                          WindowPolicy)
 from engine.speculation.sampling import Rng, SamplingConfig
-from engine.speculation.settings import LLAMACPP_DRAFTERS, MODEL_DRAFTERS, DecodeSettings
+from engine.speculation.settings import (DRAFTERS, LLAMACPP_DRAFTERS, MATCH_RULES, MODEL_DRAFTERS,
+                                         DecodeSettings)
 from engine.speculation.takeover import Takeover
 from engine.speculation.tree import TokenTree
 from engine.speculation.verify import VerifyOutcome, verify_greedy, verify_greedy_top_k, verify_sampled
 
 NGRAM_DEPTH = DecodeSettings().depth   # the n-gram tree's depth when it takes over a window
+
+
+def make_drafter(name: str, match: str = "recent") -> Drafter | None:
+    """The n-gram drafter for `--draft name` ("none" -> None: plain decoding). The tree ranks by
+    recurrence, so `match` only applies to the lookup drafter. It lives here, above the drafters
+    it builds, so drafters.py never imports a subclass of its own base."""
+    if name not in DRAFTERS:
+        raise ParameterError(f"drafter must be one of {', '.join(DRAFTERS)}, got {name!r}")
+    if name == "none":
+        return None
+    if name == "lookup":
+        return LookupDrafter(match)
+    if name in LLAMACPP_DRAFTERS:               # llama.cpp's drafters, ported line for line
+        return LlamaCppNgramDrafter(name)
+    if match not in MATCH_RULES:
+        raise ParameterError(f"match rule must be one of {', '.join(MATCH_RULES)}, got {match!r}")
+    return TreeDrafter()
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from engine.errors import ParameterError
 from engine.io.gguf_file import read_gguf
 from engine.io.load import default_model_path
 from engine.io.tokenizer import Tokenizer
-from engine.speculation.drafters import (MAX_SCAN, DraftRequest, LookupDrafter, TreeDrafter, alternative_depth, make_drafter,
+from engine.speculation.drafters import (MAX_SCAN, DraftRequest, LookupDrafter, TreeDrafter, alternative_depth,
                                          tree_rows)
+from engine.speculation.factory import make_drafter
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.oracle import oracle_tokens_per_pass
 from engine.speculation.tree import TokenTree
