@@ -3,10 +3,10 @@ Triton's HIP backend emits ahead of time (no GPU needed).
 
     python bench/amdgcn_mix.py [--target gfx1201] [--rows 1,64] [--dtype bfloat16] [--json F]
 
-For each GGUF type the packed matmul (engine.weights.triton_kernels.packed_matmul) is recorded
+For each GGUF type the packed matmul (engine.kernels.triton_kernels.packed_matmul) is recorded
 on meta tensors for a Qwen3-8B gate/up shape (12288 x 4096: no split K on the target's CU
 count, so the K loop has 8-16 trips and stays a loop), compiled for the target
-(engine.model.kernel_aot), and its K loop found in the AMDGCN text: the backward branch whose
+(engine.kernels.kernel_aot), and its K loop found in the AMDGCN text: the backward branch whose
 body holds the most WMMA instructions. Every instruction of that body is classified:
 
     VALU   v_*  (WMMA counted apart)          SALU   s_* arithmetic / logic / moves
@@ -34,9 +34,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.model.kernel_aot import TARGETS, compile_launch, record  # noqa: E402
-from engine.model.kernel_catalog import _meta, _meta_packed  # noqa: E402
-from engine.weights import triton_kernels as tk  # noqa: E402
+from engine.kernels.kernel_aot import TARGETS, compile_launch, record  # noqa: E402
+from engine.kernels.kernel_catalog import _meta, _meta_packed  # noqa: E402
+from engine.kernels import triton_kernels as tk  # noqa: E402
 
 SHAPE = (12288, 4096)
 CLASSES = ("VALU", "SALU", "VMEM", "LDS", "SMEM", "WMMA", "other")

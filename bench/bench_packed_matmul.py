@@ -1,4 +1,4 @@
-"""GPU benchmark of the Triton packed-GGUF matmul (engine/weights/triton_kernels.py).
+"""GPU benchmark of the Triton packed-GGUF matmul (engine/kernels/triton_kernels.py).
 
 For each type, random packed weights at Qwen3-8B-like shapes (q/o 4096x4096, k/v 1024x4096,
 gate/up 12288x4096, down 4096x12288) plus a 28672x8192 Q4_K matrix:
@@ -53,8 +53,8 @@ L2_DEFEAT_BYTES = 160 << 20
 
 
 def load_kernels():
-    """engine.weights.triton_kernels (imported here, not at module level: --help needs no triton)."""
-    from engine.weights import triton_kernels
+    """engine.kernels.triton_kernels (imported here, not at module level: --help needs no triton)."""
+    from engine.kernels import triton_kernels
     return triton_kernels
 
 

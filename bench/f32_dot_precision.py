@@ -2,7 +2,7 @@
 
     python bench/f32_dot_precision.py            (CPU, ~1 minute; no GPU, no Triton needed)
 
-The kernels' float32 dots (engine.weights.dot_precision) must pick a precision each backend
+The kernels' float32 dots (engine.kernels.dot_precision) must pick a precision each backend
 has: CUDA takes tf32x3, ROCm (RDNA) only ieee / bf16x3 / bf16x6. Triton's CPU interpreter
 cannot say how accurate these are: its ``tl.dot`` is ``np.matmul`` in float32 whatever
 ``input_precision`` says (triton/runtime/interpreter.py, ``create_dot``), so ieee and tf32x3
@@ -106,9 +106,9 @@ def gguf_like_weights(n: int, k: int, seed: int) -> torch.Tensor:
 def interpreter_ignores_precision() -> str:
     """Run the packed kernel under TRITON_INTERPRET=1 with every precision code."""
     code = r"""
-import torch, engine.weights.dot_precision as dp
-from engine.weights import triton_kernels as tk
-from engine.model.kernel_catalog import random_packed
+import torch, engine.kernels.dot_precision as dp
+from engine.kernels import triton_kernels as tk
+from engine.kernels.kernel_catalog import random_packed
 w, ref = random_packed("Q4_K", 64, 512)
 x = torch.randn(3, 512, generator=torch.Generator().manual_seed(0))
 want = x.double() @ ref.double().T

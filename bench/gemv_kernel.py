@@ -1,7 +1,7 @@
 """An experiment, not shipped: a row-at-a-time packed matmul for few rows (Q4_K; bf16/fp16
 activations): CUDA-core FMAs, no tensor cores, each row's sum in one fixed order whatever the
 row count. ``bench/gemv_probe.py`` times it against the shipped tensor-core kernel
-(``engine/weights/triton_tiles.py``); BENCHMARKS.md, "A row-at-a-time kernel, measured", has
+(``engine/kernels/triton_tiles.py``); BENCHMARKS.md, "A row-at-a-time kernel, measured", has
 the result (slower at every row count on the H200, so not used).
 
 Why try it: the dequantizing tensor-core kernel reaches ~29% of an H200's bandwidth at one
@@ -34,7 +34,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from engine.weights.triton_dequant import _opaque
+from engine.kernels.triton_dequant import _opaque
 
 
 @triton.jit

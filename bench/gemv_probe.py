@@ -1,4 +1,4 @@
-"""The row-at-a-time Q4_K kernel (engine/weights/triton_gemv.py) against the tensor-core packed
+"""The row-at-a-time Q4_K kernel (engine/kernels/triton_gemv.py) against the tensor-core packed
 kernel on the 8B-like model's Q4_K shapes (GPU): µs and % of 4.8 TB/s at 1..16 rows, the
 error against the float32 dequantized product, and bitwise row invariance.
 
@@ -37,7 +37,7 @@ def main() -> None:
     a = ap.parse_args()
     from engine.weights.packed import dequantize_packed
     from gemv_kernel import q4k_gemv
-    from engine.weights.triton_kernels import packed_matmul
+    from engine.kernels.triton_kernels import packed_matmul
     results = {}
     for name in a.shapes.split(","):
         n, k = SHAPES[name]

@@ -59,8 +59,8 @@ def tree(parents: list[int]) -> tuple[list[int], torch.Tensor]:
 
 
 def ops() -> dict:
-    from engine.model.triton_attention import layout_attention_triton
-    from engine.weights.triton_dense import dense_matmul
+    from engine.kernels.triton_attention import layout_attention_triton
+    from engine.kernels.triton_dense import dense_matmul
     dev = "cuda"
     out: dict = {"linear": {}, "attention": {}}
     g = torch.Generator(device=dev).manual_seed(0)

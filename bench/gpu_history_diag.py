@@ -72,7 +72,7 @@ def main() -> int:
             del rt
             torch.cuda.empty_cache()
         return 0
-    import engine.model.triton_attention as TA
+    import engine.kernels.triton_attention as TA
     orig_counters = TA._counters
 
     def fresh_counters(device, need):            # zeros made inside each pass (a memset node)

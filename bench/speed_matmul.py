@@ -74,7 +74,7 @@ def _caller(override: dict, device: str) -> tuple[Callable, str]:
     interp = device == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
     if not override and not interp:
         return packed_linear, "engine.weights.matmul.packed_linear"
-    from engine.weights import triton_kernels
+    from engine.kernels import triton_kernels
     return (lambda x, w: triton_kernels.packed_matmul(x, w, **override)), \
         "triton_kernels.packed_matmul" + (" (interpreter)" if interp else f" {override}")
 

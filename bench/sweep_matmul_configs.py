@@ -75,7 +75,7 @@ def configs(qtype: str) -> list[dict]:
 
 def _warm(job):
     qtype, n, k, override = job
-    from engine.weights import triton_kernels as tk
+    from engine.kernels import triton_kernels as tk
     w = make_weight(qtype, n, k)
     x = torch.randn(16, k, device="cuda", dtype=torch.bfloat16)
     try:
@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 4))
     ap.add_argument("--budget", type=float, default=420.0, help="seconds; stop timing after")
     args = ap.parse_args()
-    from engine.weights import triton_kernels as tk
+    from engine.kernels import triton_kernels as tk
     t0 = time.time()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     names = [s.split(":")[0] for s in args.shapes.split(",") if s]

@@ -9,7 +9,7 @@ the user asked for the GPU (`--device cuda`).
     torch    the build (ROCm / CUDA / CPU only) and its HIP or CUDA version
     gpu      the GPU torch sees: name, gfx arch or compute capability, memory
     triton   installed, and the target it compiles for on that GPU
-    kernel   each Triton launcher of the engine (engine.model.kernel_catalog), run on tiny
+    kernel   each Triton launcher of the engine (engine.kernels.kernel_catalog), run on tiny
              inputs on the GPU and checked against float64 references computed on the CPU
              (every packed type and dtype), and row invariance bit for bit
     graphs   a packed matmul captured in a CUDA/HIP graph replays to the eager result
@@ -161,7 +161,7 @@ def _triton_line(r: _Report) -> bool:
 def _kernel_lines(r: _Report, dev, sites=None) -> None:
     """One line per site of the kernel catalog (`sites`: SITES)."""
     if sites is None:
-        from engine.model.kernel_catalog import SITES as sites
+        from engine.kernels.kernel_catalog import SITES as sites
     for site in sites:
         t0 = time.perf_counter()
         try:
@@ -200,7 +200,7 @@ def judge_kernel(r: _Report, name: str, cases, seconds: float) -> None:
 def _graph_line(r: _Report, dev, matmul=None) -> None:
     """`matmul(x, w)`: packed_linear (a test passes one whose replay cannot match)."""
     import torch
-    from engine.model.kernel_catalog import random_packed
+    from engine.kernels.kernel_catalog import random_packed
     if matmul is None:
         from engine.weights import packed_linear as matmul
     try:
@@ -273,8 +273,8 @@ def _short(e: BaseException) -> str:
 
 def compile_for(text: str, full: bool = False, jobs: int | None = None) -> int:
     try:
-        from engine.model.kernel_aot import parse_targets
-        from engine.model.kernel_catalog import compile_targets
+        from engine.kernels.kernel_aot import parse_targets
+        from engine.kernels.kernel_catalog import compile_targets
         import triton  # noqa: F401
     except ImportError as e:
         raise ParameterError(f"--compile-for needs Triton ({e}): pip install triton==3.6.0") from None

@@ -23,7 +23,7 @@ Two implementations, the same contract:
 
     `layout_attention`       torch, for the CPU (row-invariant with the fast CPU kernels; see
                              below) and for the tests.
-    `engine.model.triton_attention.layout_attention_triton`   a Triton split-KV kernel for
+    `engine.kernels.triton_attention.layout_attention_triton`   a Triton split-KV kernel for
                              GPUs (CUDA and ROCm), imported lazily.
 
 CPU details: float32 matmuls run in float32 on a row-invariant route (`float32_bmm`): oneDNN

@@ -1,7 +1,7 @@
 """The forward of a packed model on a GPU in ~9 launches a layer (the plain one launched ~25).
 
 `FusedForward(model).forward(...)` computes what `Transformer.forward` computes, with the kernels
-of engine.model.triton_fused between the packed matmuls (that module says what is fused and why
+of engine.kernels.triton_fused between the packed matmuls (that module says what is fused and why
 every verify row stays bit-identical to the one-row pass). A layer:
 
     h -> qkv partials (one launch per weight part: a Q4_K_M file keeps v in Q6_K in some layers)
@@ -11,7 +11,7 @@ every verify row stays bit-identical to the one-row pass). A layer:
       -> gate|up with the SwiGLU epilogue -> down partials -> _residual_norm_kernel
 
 A long prefill (at least DENSE_PREFILL_ROWS rows, every weight of a type
-engine.weights.triton_unpack takes) dequantizes each weight into a scratch matrix and runs the
+engine.kernels.triton_unpack takes) dequantizes each weight into a scratch matrix and runs the
 vendor GEMM instead of the packed kernel, which would re-stream the weight every 64 rows; the
 fused kernels around it are the same (prefill rows need no invariance: they are committed).
 
@@ -44,8 +44,8 @@ def fused_forward_for(model: "Transformer") -> "FusedForward | None":
     if model.device.type != "cuda" or os.environ.get("SPECSCOPE_FUSED", "1") == "0":
         return None
     try:
-        import engine.model.triton_fused  # noqa: F401
-        from engine.weights import triton_kernels  # noqa: F401
+        import engine.kernels.triton_fused  # noqa: F401
+        from engine.kernels import triton_kernels  # noqa: F401
     except ImportError:
         return None
     return FusedForward(model) if fusable(model) else None
@@ -54,7 +54,7 @@ def fused_forward_for(model: "Transformer") -> "FusedForward | None":
 def fusable(model: "Transformer") -> bool:
     """Every layer's qkv is one or two packed parts split at a head boundary; o, gate|up and
     down are one packed part each, of types the Triton kernels take; head size a power of 2."""
-    from engine.weights.triton_kernels import SUPPORTED_QTYPES
+    from engine.kernels.triton_kernels import SUPPORTED_QTYPES
     cfg = model.cfg
     D = cfg.head_dim
     if D < 16 or D & (D - 1):
@@ -75,11 +75,11 @@ def fusable(model: "Transformer") -> bool:
 
 class FusedForward:
     """The fused forward over a Transformer's weights. Construction interleaves each layer's
-    gate|up rows for the SwiGLU epilogue (engine.weights.triton_kernels.packed_swiglu), in
+    gate|up rows for the SwiGLU epilogue (engine.kernels.triton_kernels.packed_swiglu), in
     place: from then on the model's forward must go through this object."""
 
     def __init__(self, model: "Transformer"):
-        from engine.weights.triton_kernels import swiglu_block
+        from engine.kernels.triton_kernels import swiglu_block
         self.model = model
         for L in model.layers:
             lin = L["gate_up"]
@@ -100,7 +100,7 @@ class FusedForward:
 
     def _norm(self, ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor,
               w: torch.Tensor) -> None:
-        from engine.model.triton_fused import residual_norm
+        from engine.kernels.triton_fused import residual_norm
         residual_norm(ws, x, h, w, self.model.cfg.rms_eps)
 
     @staticmethod
@@ -108,27 +108,27 @@ class FusedForward:
         """x @ w.T as float32 partial sums [S, R, N]: the packed kernel's split-K partials, or
         (dense) one product of the vendor GEMM with w dequantized into a scratch matrix."""
         if dense:
-            from engine.weights.triton_unpack import dequantize_dense
+            from engine.kernels.triton_unpack import dequantize_dense
             W = dequantize_dense(w, torch.empty(w.shape, dtype=x.dtype, device=x.device))
             return F.linear(x, W).float().unsqueeze(0)
-        from engine.weights.triton_kernels import packed_partials
+        from engine.kernels.triton_kernels import packed_partials
         return packed_partials(x, w)
 
     def _swiglu(self, h: torch.Tensor, w: PackedWeight, hb: int, dense: bool) -> torch.Tensor:
-        from engine.weights.triton_kernels import packed_swiglu, swiglu_from_partials
+        from engine.kernels.triton_kernels import packed_swiglu, swiglu_from_partials
         if not dense:
             return packed_swiglu(h, w)
         out = torch.empty(h.shape[0], w.shape[0] // 2, dtype=h.dtype, device=h.device)
         return swiglu_from_partials(self._partials(h, w, True), hb, out)
 
     def _dense_ok(self) -> bool:
-        from engine.weights.triton_unpack import DENSE_TYPES
+        from engine.kernels.triton_unpack import DENSE_TYPES
         return all(p.qtype in DENSE_TYPES for L in self.model.layers
                    for k in ("qkv", "o", "gate_up", "down") for p in L[k].parts)
 
     def _qkv_rope(self, L: dict, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
                   positions: torch.Tensor, slots: torch.Tensor, dense: bool) -> None:
-        from engine.model.triton_fused import qkv_rope
+        from engine.kernels.triton_fused import qkv_rope
         m = self.model
         lin = L["qkv"]
         wa = self._partials(h, lin.parts[0], dense)

@@ -30,7 +30,7 @@ def _verify_attention(device: torch.device) -> Callable | None:
     function of a pass's WindowLayout giving that pass's `attend(q, k, v)`."""
     if device.type == "cuda":
         try:
-            from engine.model.triton_attention import bind_layout_attention_triton
+            from engine.kernels.triton_attention import bind_layout_attention_triton
         except ImportError:          # no Triton: SDPA, exact to ~1e-6 but not bit for bit
             return None
         return bind_layout_attention_triton

@@ -1,6 +1,6 @@
 """``packed_linear(x, w)``: y = x @ W.T for a PackedWeight W [N, K], without a full float copy of W.
 
-Dispatch: a CUDA ``x`` goes to ``engine.weights.triton_kernels.packed_matmul(x, w)`` when that
+Dispatch: a CUDA ``x`` goes to ``engine.kernels.triton_kernels.packed_matmul(x, w)`` when that
 module imports (Triton present); otherwise, and on CPU, ``packed_linear_torch``.
 
 ``packed_linear_torch`` dequantizes a tile of output features at a time (about
@@ -33,11 +33,11 @@ _triton_mods: dict[str, object] = {}    # module name -> the module, or False: u
 
 
 def _lazy(name: str):
-    """engine.weights.<name> (a Triton module), or None when it or triton is not installed."""
+    """engine.kernels.<name> (a Triton module), or None when it or triton is not installed."""
     if name not in _triton_mods:
         try:
             import importlib
-            mod = importlib.import_module(f"{__package__}.{name}")
+            mod = importlib.import_module(f"engine.kernels.{name}")
         except ImportError as e:
             missing = e.name or ""
             if missing == "triton" or missing.startswith("triton.") or missing.endswith(name):
@@ -49,7 +49,7 @@ def _lazy(name: str):
 
 
 def _triton_kernels():
-    """engine.weights.triton_kernels, or None when it (or triton) is not installed."""
+    """engine.kernels.triton_kernels, or None when it (or triton) is not installed."""
     return _lazy("triton_kernels")
 
 
@@ -77,7 +77,7 @@ def blas_row_invariant(w: torch.Tensor) -> bool | None:
 def invariant_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
     """x @ w.T with each row's result independent of the row count. On a GPU: the vendor BLAS
     where it is row-invariant for this shape (checked, `blas_row_invariant`), else the Triton
-    kernel (engine.weights.triton_dense); None without Triton (the caller then uses F.linear).
+    kernel (engine.kernels.triton_dense); None without Triton (the caller then uses F.linear).
     On the CPU: ``ROW_BLOCK``-row products of x zero-padded (one fixed BLAS shape, as
     ``packed_linear_torch`` does; a 1-row call costs a ROW_BLOCK-row product). A bfloat16 BLAS
     matmul on a CPU without AVX512-BF16 depends on the row count otherwise (an Intel Xeon,

@@ -4,7 +4,7 @@ On a machine without a GPU (this one) the GPU checks are skipped, each saying wh
 check and how to get a GPU build, and the doctor exits 0 when the CPU model check works; the
 gpu check FAILs only when `--device cuda` asked for the GPU.
 
-The kernel checks (engine.model.kernel_catalog's smoke functions and the doctor's comparison)
+The kernel checks (engine.kernels.kernel_catalog's smoke functions and the doctor's comparison)
 run here in Triton's CPU interpreter: like tests/engine/weights/test_triton_interpret.py, the
 interpreter must be chosen before triton is first imported, so the parent starts a child
 pytest on this file with TRITON_INTERPRET=1, and the child runs the `child_only` tests. The
@@ -148,7 +148,7 @@ def test_triton_check_fails_without_a_backend(capsys):
 @parent_only
 def test_a_kernel_check_that_raises_fails_as_does_not_run(capsys):
     """The reported H200 line: a smoke check that cannot run is one FAIL line, not a crash."""
-    from engine.model.kernel_catalog import Site
+    from engine.kernels.kernel_catalog import Site
     from specscope.doctor import _kernel_lines
 
     def broken(device, dtypes=None):
@@ -168,7 +168,7 @@ def test_kernel_checks_in_the_triton_interpreter():
 
 
 def _sites():
-    from engine.model.kernel_catalog import SITES
+    from engine.kernels.kernel_catalog import SITES
     return {s.name: s for s in SITES}
 
 
@@ -181,7 +181,7 @@ def packed_cases():
 @child_only
 def test_kernel_checks_pass_on_the_real_kernels(packed_cases, capsys):
     """packed matmul, attention, the fused layer: every check on the kernels as shipped."""
-    from engine.model.kernel_catalog import Site
+    from engine.kernels.kernel_catalog import Site
     from specscope.doctor import _kernel_lines, judge_kernel
     sites = _sites()
     r = _report()
@@ -225,8 +225,8 @@ def test_the_attention_check_does_not_depend_on_the_cpu_float32_mode(capsys):
     oneDNN's bfloat16 mode. The reference is float64 now: with that mode on, float32 still
     passes at 1e-5; and a reference with the wrong tree (siblings see each other) fails."""
     from engine.model.attention import WindowLayout, ancestor_table
-    from engine.model.kernel_catalog import attention_reference
-    from engine.model.triton_attention import layout_attention_triton
+    from engine.kernels.kernel_catalog import attention_reference
+    from engine.kernels.triton_attention import layout_attention_triton
     from specscope.doctor import judge_kernel
     mm = torch.backends.mkldnn.matmul
     prev, mm.fp32_precision = mm.fp32_precision, "bf16"
@@ -255,8 +255,8 @@ def test_the_attention_check_does_not_depend_on_the_cpu_float32_mode(capsys):
 def test_the_swiglu_check_knows_the_interleaved_layout(capsys):
     """The kernel matches the reference's blocks of 32; a reference with another block size
     (or gate and up not interleaved) does not."""
-    from engine.model import triton_fused as tf
-    from engine.model.kernel_catalog import swiglu_reference
+    from engine.kernels import triton_fused as tf
+    from engine.kernels.kernel_catalog import swiglu_reference
     from specscope.doctor import judge_kernel
     gu = torch.randn(2, 3, 256, generator=torch.Generator().manual_seed(1))
     got = tf.reduce_swiglu(gu, 32, torch.empty(3, 128))

@@ -1,6 +1,6 @@
 import sys, time, multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from engine.model import kernel_catalog as kc
+from engine.kernels import kernel_catalog as kc
 if __name__ == "__main__":
     t0 = time.time()
     jobs = []

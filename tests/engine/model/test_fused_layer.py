@@ -1,4 +1,4 @@
-"""The fused packed layer (engine.model.fused_layer, kernels in engine.model.triton_fused), run by
+"""The fused packed layer (engine.model.fused_layer, kernels in engine.kernels.triton_fused), run by
 Triton's CPU interpreter on tiny packed models: its logits against the plain forward's (the
 same weights, float32), and verify rows bit-identical to one-row passes (the exactness contract).
 
@@ -53,7 +53,7 @@ def _runtime(path):
 
 def _fuse(rt):
     from engine.model.fused_layer import FusedForward, fusable
-    from engine.model.triton_attention import bind_layout_attention_triton
+    from engine.kernels.triton_attention import bind_layout_attention_triton
     assert fusable(rt.model)
     rt.model.fused = FusedForward(rt.model)
     rt.model.verify_attention = bind_layout_attention_triton
@@ -137,7 +137,7 @@ def test_dense_unpack_equals_gguf_dequantization(qtype):
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
     from bench_packed_matmul import make_weight       # random valid planes, sane scales
     from engine.weights.packed import dequantize_packed
-    from engine.weights.triton_unpack import dequantize_dense
+    from engine.kernels.triton_unpack import dequantize_dense
     pw = make_weight(qtype, 24, 512, seed=3, device="cpu")
     out = dequantize_dense(pw, torch.empty(24, 512))
     assert torch.equal(out, dequantize_packed(pw))

@@ -1,5 +1,5 @@
 """Every Triton kernel the engine launches compiles for the users' AMD cards and the H200, with
-no GPU (engine.model.kernel_catalog, engine.model.kernel_aot).
+no GPU (engine.kernels.kernel_catalog, engine.kernels.kernel_aot).
 
 In ``make test``: the ``kernels`` scope for gfx1100 (RDNA3), gfx1151 (Strix Halo), gfx1201
 (RDNA4) and sm_90 (H100/H200): every launched kernel, float32 and a 16-bit dtype, compiled
@@ -22,10 +22,10 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from engine.model import kernel_catalog as kc  # noqa: E402
-from engine.model.kernel_aot import (CHECK_TARGETS, TARGETS, compile_launch, kernel_name,  # noqa: E402
+from engine.kernels import kernel_catalog as kc  # noqa: E402
+from engine.kernels.kernel_aot import (CHECK_TARGETS, TARGETS, compile_launch, kernel_name,  # noqa: E402
                                      parse_targets, record)
-from engine.weights.dot_precision import F32_CODES, compiling_for, ieee_code  # noqa: E402
+from engine.kernels.dot_precision import F32_CODES, compiling_for, ieee_code  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -51,8 +51,8 @@ def launched_kernels() -> set[str]:
 
 def test_every_launched_kernel_is_in_the_catalog():
     launched = launched_kernels()
-    assert {"engine.weights.triton_tiles._packed_mm_kernel", "engine.model.triton_attention._split_kernel",
-            "engine.weights.triton_dense._dense_kernel"} <= launched       # the scan sees launches
+    assert {"engine.kernels.triton_tiles._packed_mm_kernel", "engine.kernels.triton_attention._split_kernel",
+            "engine.kernels.triton_dense._dense_kernel"} <= launched       # the scan sees launches
     for target in (TARGETS["gfx1201"], TARGETS["sm_90"]):
         for scope in kc.SCOPES:
             covered = {launch.name for launch in kc.launches(target, scope)}
@@ -80,7 +80,7 @@ def test_float32_dots_take_a_precision_the_backend_has():
 
 def test_the_check_fails_on_what_stops_a_card():
     """tf32x3, what CUDA float32 dots use, does not compile for RDNA: the check says so."""
-    from engine.weights.triton_dense import dense_matmul
+    from engine.kernels.triton_dense import dense_matmul
     x, w = torch.empty(17, 576, device="meta"), torch.empty(64, 576, device="meta")
     (launch,) = record(lambda: dense_matmul(x, w), "cuda")
     assert launch.kwargs["IEEE"] == F32_CODES["tf32x3"]

@@ -304,8 +304,8 @@ def test_leading_dims_and_checks():
 def test_triton_missing_falls_back(monkeypatch):
     import sys
     monkeypatch.setattr(mm, "_triton_mods", {})
-    monkeypatch.setitem(sys.modules, "engine.weights.triton_kernels", None)  # import -> ImportError
-    monkeypatch.setitem(sys.modules, "engine.weights.triton_dense", None)
+    monkeypatch.setitem(sys.modules, "engine.kernels.triton_kernels", None)  # import -> ImportError
+    monkeypatch.setitem(sys.modules, "engine.kernels.triton_dense", None)
     assert mm._triton_kernels() is None
     assert mm._triton_mods["triton_kernels"] is False
     g = torch.Generator().manual_seed(5)

@@ -46,9 +46,9 @@ def test_kernels_in_the_triton_interpreter():
 
 @pytest.fixture(scope="module")
 def tk():
-    """engine.weights.triton_kernels, its kernels built for the interpreter (child only)."""
+    """engine.kernels.triton_kernels, its kernels built for the interpreter (child only)."""
     assert os.environ.get("TRITON_INTERPRET") == "1"
-    import engine.weights.triton_kernels as mod
+    import engine.kernels.triton_kernels as mod
     return mod
 
 
@@ -58,7 +58,7 @@ def tk():
 
 def _raw_blocks(qtype: str, n: int, k: int, rng) -> np.ndarray:
     """Random GGUF blocks (uint8 [n, bytes_per_row]): random quant bytes, sane f16 scales."""
-    from engine.model.kernel_catalog import random_blocks
+    from engine.kernels.kernel_catalog import random_blocks
     return random_blocks(qtype, n, k, rng)
 
 

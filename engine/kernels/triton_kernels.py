@@ -273,7 +273,7 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
         key = (qtype, n, k, nmb, x2.dtype)
         # ROCm: RDNA gives a workgroup 64 KB of shared memory; with the H200's 2-3 pipeline
         # stages float32 tiles need 114-164 KB, 16-bit K-quant tiles of 4 row slices 72-80 KB
-        # and of 2 slices (3 stages) 72 KB (the AOT compile check, engine.model.kernel_catalog):
+        # and of 2 slices (3 stages) 72 KB (the AOT compile check, engine.kernels.kernel_catalog):
         # there, one stage for float32 and 3-4 slices, two for 2 slices. Stages move loads, not
         # arithmetic: the bits do not change.
         stages = _stages(cfg, m, gpu_backend() == "hip", ieee)
@@ -299,7 +299,7 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
 def packed_partials(x: torch.Tensor, w, **override) -> torch.Tensor:
     """The split-K partial sums of ``x @ dequant(w).T``: float32 [S, M, N] (S = the shape's
     split count, 1 when unsplit), to be added in the order s = 0..S-1 by whatever reads them
-    (engine.model.triton_fused: the sum fused with the next step). x: [M, K]."""
+    (engine.kernels.triton_fused: the sum fused with the next step). x: [M, K]."""
     qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
@@ -334,7 +334,7 @@ def packed_swiglu(x: torch.Tensor, w) -> torch.Tensor:
 def swiglu_from_partials(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:
     """out [M, N/2] = silu(gate) * up from the partial sums ws [S, M, N] of a gate|up product
     whose columns are interleaved in blocks of hb (``packed_swiglu``)."""
-    from engine.model.triton_fused import reduce_swiglu
+    from engine.kernels.triton_fused import reduce_swiglu
     return reduce_swiglu(ws, hb, out)
 
 

@@ -25,7 +25,7 @@ or the row count, so the exactness contract (a verify row bit-identical to the o
 
 No Triton import here: the choice is made on the host, from the torch build (a ROCm build sets
 ``torch.version.hip``). ``compiling_for`` lets the ahead-of-time compile check
-(engine.model.kernel_catalog) record launches for a backend other than the local one.
+(engine.kernels.kernel_catalog) record launches for a backend other than the local one.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ function of the row's own length only): one launch a layer, no combine kernel.
 
 Every dot has the same shape whatever the window ([GP, D] x [D, BLOCK] and [GP, BLOCK] x
 [BLOCK, D]); the row count only sets the grid. float32 dots take the backend's precision
-(engine.weights.dot_precision: "tf32x3" on CUDA, three TF32 products, float32 accuracy on
+(engine.kernels.dot_precision: "tf32x3" on CUDA, three TF32 products, float32 accuracy on
 tensor cores; "ieee" on ROCm, FMAs), passed as the code IEEE (0 for 16-bit dtypes).
 The committed length is read from device memory, so the kernels run inside CUDA/HIP graphs.
 """
@@ -31,8 +31,8 @@ import triton
 import triton.language as tl
 
 from engine.model.attention import BLOCK, WindowLayout
-from engine.weights.dot_precision import ieee_code
-from engine.weights.triton_dot import dot_f32
+from engine.kernels.dot_precision import ieee_code
+from engine.kernels.triton_dot import dot_f32
 
 import os
 

@@ -5,10 +5,10 @@ each matmul, residual adds, q/k norms, six for RoPE, two cache writes, SiLU, a p
 H200 those launches cost more than streaming the 4-bit weights. Here (engine.model.fused_layer
 puts them together) a layer is:
 
-    qkv matmul(s) -> float32 partial sums [S, R, N]      (engine.weights.triton_kernels)
+    qkv matmul(s) -> float32 partial sums [S, R, N]      (engine.kernels.triton_kernels)
     _qkv_rope_kernel    sums the partials, adds the bias, q/k RMSNorm (Qwen3), RoPE, writes q
                         and the cache's k and v slots: one launch for every head
-    attention           (engine.model.triton_attention: split + combine)
+    attention           (engine.kernels.triton_attention: split + combine)
     o matmul -> partials
     _residual_norm_kernel   x = x + sum(partials); h = RMSNorm(x) * w: one launch
     gate|up matmul with the SwiGLU epilogue (or partials + _reduce_swiglu_kernel when split)
@@ -153,7 +153,7 @@ def _qkv_rope_kernel(wa_ptr, wb_ptr, bias_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr,
 
 
 # ---------------------------------------------------------------------------------------------
-# launchers (engine.model.fused_layer calls these; engine.model.kernel_catalog compiles them)
+# launchers (engine.model.fused_layer calls these; engine.kernels.kernel_catalog compiles them)
 
 
 def residual_norm(ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor, w: torch.Tensor,

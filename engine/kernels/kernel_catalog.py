@@ -7,7 +7,7 @@ issues ``kernel[grid](...)``) with
 
 * ``configs(target, scope)``: calls of the launcher on meta tensors, one per configuration it
   picks on that target (the launcher's own configuration function enumerates them, never a copy
-  of its rules); ``engine.model.kernel_aot.record`` captures the launches they issue, so the
+  of its rules); ``engine.kernels.kernel_aot.record`` captures the launches they issue, so the
   compile check sees exactly the kernels, constexprs and options a real call launches;
 * ``smoke(device, dtypes=DTYPES)``: the launcher on tiny real inputs, with the reference it
   must match (the doctor runs it on the user's card). References are computed in float64 on
@@ -37,7 +37,7 @@ Adding a kernel
 2. Write ``_my_configs(target, scope)`` yielding ``(label, call)`` pairs, ``call()`` running
    your launcher on meta tensors for one configuration (use ``_meta`` and, for sizes, your
    launcher's configuration function with ``target.units``; float32 launches pick their dot
-   precision through ``engine.weights.dot_precision.ieee_code``, and ``triton_dot.dot_f32``
+   precision through ``engine.kernels.dot_precision.ieee_code``, and ``triton_dot.dot_f32``
    issues the dot); and ``_my_smoke(device, dtypes=DTYPES)`` returning
    ``[(label, got, want, tolerance)]`` (tolerance relative to ``want``'s largest magnitude;
    0 means bit for bit; ``want`` a float64 reference, or another launch for invariance).
@@ -56,7 +56,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from engine.model.kernel_aot import (TARGETS, Compiled, Launch, Target, compile_key,
+from engine.kernels.kernel_aot import (TARGETS, Compiled, Launch, Target, compile_key,
                                      compile_launch, record)
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -105,7 +105,7 @@ def _dt(dtype: torch.dtype) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# packed matmul (engine.weights.triton_kernels.packed_matmul)
+# packed matmul (engine.kernels.triton_kernels.packed_matmul)
 
 
 def _meta_packed(qtype: str, n: int, k: int, device="meta"):
@@ -120,7 +120,7 @@ def packed_shape_classes(qtype: str, units: int, i8: bool = False) -> list[tuple
     block and warps, split K or not, superblocks per step, K a multiple of 256 or not). Each
     class keeps its shape with the most K tiles per program: the software pipeliner only
     stages loads (shared memory) when the loop has trips to overlap."""
-    from engine.weights import triton_kernels as tk
+    from engine.kernels import triton_kernels as tk
     sb = tk._SUPERBLOCK[qtype]
     seen: dict = {}
     for n, k in MODEL_SHAPES:
@@ -145,7 +145,7 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     NMB, every type meets every dtype and up to three classes). kernels: one row slice (the
     decode path) in float32 (Q4_K), and 4 row slices (the most shared memory) in bfloat16
     (Q6_K)."""
-    from engine.weights import triton_kernels as tk
+    from engine.kernels import triton_kernels as tk
     for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
         classes = packed_shape_classes(qtype, t.units)
         for b, dtype in enumerate(DTYPES):
@@ -166,7 +166,7 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
 def _i8_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     """full: dtype x 16/32/64-row tile x split or not x residual plane or not. quick:
     bfloat16 32-row tile with the residual, float16 64-row tile without; kernels: the first."""
-    from engine.weights import triton_kernels as tk
+    from engine.kernels import triton_kernels as tk
     for qtype in tk._I8_TYPES:
         classes = packed_shape_classes(qtype, t.units, i8=True)
         for c, (cls, n, k, cfg) in enumerate(classes):
@@ -219,7 +219,7 @@ def random_packed(qtype: str, n: int, k: int, seed: int = 0):
 
 
 def _packed_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
-    from engine.weights import triton_kernels as tk
+    from engine.kernels import triton_kernels as tk
     out = []
     g = torch.Generator().manual_seed(1)
     for qtype in tk.SUPPORTED_QTYPES:
@@ -244,13 +244,13 @@ def _packed_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 
 
 # ---------------------------------------------------------------------------------------------
-# dense row-invariant matmul (engine.weights.triton_dense.dense_matmul)
+# dense row-invariant matmul (engine.kernels.triton_dense.dense_matmul)
 
 
 def _dense_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     """full: two model shapes and an odd K x dtype x M in (1, 16, 17) (Triton specializes
     M == 1 and M % 16 == 0). quick: each dtype at M = 17; kernels: float32 only."""
-    from engine.weights.triton_dense import dense_matmul
+    from engine.kernels.triton_dense import dense_matmul
     for n, k in ((49152, 576), (4096, 4096), (96, 200)):
         for dtype in DTYPES:
             for m in (1, 16, 17):
@@ -263,7 +263,7 @@ def _dense_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
 
 
 def _dense_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
-    from engine.weights.triton_dense import dense_matmul
+    from engine.kernels.triton_dense import dense_matmul
     g = torch.Generator().manual_seed(2)
     x, w = torch.randn(17, 200, generator=g), torch.randn(96, 200, generator=g)
     out = []
@@ -278,7 +278,7 @@ def _dense_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 
 
 # ---------------------------------------------------------------------------------------------
-# layout-invariant attention (engine.model.triton_attention.layout_attention_triton)
+# layout-invariant attention (engine.kernels.triton_attention.layout_attention_triton)
 
 
 def _graph_layout(rows: int, device="meta"):
@@ -295,7 +295,7 @@ def _attention_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     specialized to 1; 2: even; 16: a multiple of 16) at a 2048-slot cache, and 256 / 32768
     slots (1 and 128 splits) for the first layout. quick: per dtype one layout and bucket
     class. kernels: float32 and bfloat16."""
-    from engine.model.triton_attention import layout_attention_triton
+    from engine.kernels.triton_attention import layout_attention_triton
     for a, (hq, hkv, d) in enumerate(HEAD_LAYOUTS):
         for b, dtype in enumerate(DTYPES):
             for c, rows in enumerate((1, 2, 16)):
@@ -335,7 +335,7 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: in
 
 def _attention_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
     from engine.model.attention import WindowLayout, ancestor_table
-    from engine.model.triton_attention import layout_attention_triton
+    from engine.kernels.triton_attention import layout_attention_triton
     g = torch.Generator().manual_seed(3)
     R, hq, hkv, d, cap, n = 5, 8, 2, 64, 512, 300
     depths = [0, 1, 1, 2, 3]                 # a small tree: rows 1 and 2 siblings
@@ -371,15 +371,15 @@ def _attention_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 
 
 # ---------------------------------------------------------------------------------------------
-# the fused packed layer (engine.model.triton_fused; engine.model.fused_layer) and the dense
-# prefill's dequantization (engine.weights.triton_unpack)
+# the fused packed layer (engine.kernels.triton_fused; engine.model.fused_layer) and the dense
+# prefill's dequantization (engine.kernels.triton_unpack)
 
 HIDDEN = (576, 4096)                   # residual widths of the MODEL_SHAPES models
 GATE_UP = ((3072, 576), (24576, 4096), (22016, 4096))
 
 
 def _splits(qtype: str, n: int, k: int, units: int) -> int:
-    from engine.weights import triton_kernels as tk
+    from engine.kernels import triton_kernels as tk
     return tk.kernel_config(qtype, n, k, units)["splits"]
 
 
@@ -389,8 +389,8 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     and the unsplit partials per type and gate|up shape. quick: float32 and bfloat16, one of
     each. kernels (make test): one launch of each kernel in bfloat16 (the packed matmul's
     SwiGLU and partial-sum variants are the packed matmul kernel, compiled by its own site)."""
-    from engine.model import triton_fused as tf
-    from engine.weights import triton_kernels as tk
+    from engine.kernels import triton_fused as tf
+    from engine.kernels import triton_kernels as tk
     few = scope != "full"
     dtypes = {"full": DTYPES, "quick": (torch.float32, torch.bfloat16)}.get(scope, (torch.bfloat16,))
     norm_s = sorted({0, 1} | {_splits(q, n, k, t.units) for q in tk.SUPPORTED_QTYPES
@@ -443,7 +443,7 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
 
 def _unpack_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     """Every type dequantize_dense takes, to bfloat16 (and float16, float32 in full)."""
-    from engine.weights.triton_unpack import DENSE_TYPES, dequantize_dense
+    from engine.kernels.triton_unpack import DENSE_TYPES, dequantize_dense
     for qtype in DENSE_TYPES:
         if scope == "kernels" and qtype not in ("Q4_K", "Q6_K", "Q4_1"):     # one per kernel
             continue
@@ -456,7 +456,7 @@ def _unpack_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
 def swiglu_reference(ws: torch.Tensor, hb: int) -> torch.Tensor:
     """silu(gate) * up in float64 from the partials ws [S, M, N] of a gate|up product whose
     columns are interleaved in blocks of hb (block b: gate columns b*hb.., then up columns
-    b*hb..): [M, N / 2], what engine.model.triton_fused.reduce_swiglu computes."""
+    b*hb..): [M, N / 2], what engine.kernels.triton_fused.reduce_swiglu computes."""
     S, m, n = ws.shape
     blocks = ws.cpu().double().sum(0).view(m, n // (2 * hb), 2, hb)
     gate, up = blocks[:, :, 0].reshape(m, n // 2), blocks[:, :, 1].reshape(m, n // 2)
@@ -467,9 +467,9 @@ def _fused_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
     """float32 (the layer's kernels take the activations' dtype; float32 reaches each)."""
     if torch.float32 not in dtypes:
         return []
-    from engine.model import triton_fused as tf
-    from engine.weights import triton_kernels as tk
-    from engine.weights.triton_unpack import DENSE_TYPES, dequantize_dense
+    from engine.kernels import triton_fused as tf
+    from engine.kernels import triton_kernels as tk
+    from engine.kernels.triton_unpack import DENSE_TYPES, dequantize_dense
     g = torch.Generator().manual_seed(4)
     out = []
     x, ws, w = torch.randn(3, 256, generator=g), torch.randn(2, 3, 256, generator=g), torch.rand(256, generator=g)

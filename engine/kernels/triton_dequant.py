@@ -116,7 +116,7 @@ def _xload(xp, rows, kx, M, K, EVEN_K: tl.constexpr):
 @triton.jit
 def _dot1(xt, w, acc, IEEE: tl.constexpr):
     """IEEE: 0 for 16-bit activations, else the code of the float32 dot precision of the
-    backend the launcher runs on (engine.weights.dot_precision: tf32x3 on CUDA, bf16x6 on ROCm)."""
+    backend the launcher runs on (engine.kernels.dot_precision: tf32x3 on CUDA, bf16x6 on ROCm)."""
     if IEEE:
         return dot_f32(w, xt, acc, IEEE)
     else:

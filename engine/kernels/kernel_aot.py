@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from engine.weights.dot_precision import compiling_for
+from engine.kernels.dot_precision import compiling_for
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class Launch:
 
 
 def kernel_name(kernel) -> str:
-    """'engine.weights.triton_tiles._packed_mm_kernel'."""
+    """'engine.kernels.triton_tiles._packed_mm_kernel'."""
     return f"{kernel.fn.__module__}.{kernel.fn.__qualname__}"
 
 
