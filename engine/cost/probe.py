@@ -50,6 +50,13 @@ class VerifyTimer(Protocol):
     def time_verify_pass(self, n_rows: int, context: int) -> float: ...
 
 
+class PassTimer(Protocol):
+    """Where passes are timed when that is not on the runtime's own stream: a session of it
+    (engine.model.runtime.Session), whose committed text a probe must leave alone."""
+
+    def time_verify_pass(self, n_rows: int, context: int, exit_layer: int | None = None) -> float: ...
+
+
 @dataclass(frozen=True)
 class ProbeProgress:
     done: int               # passes timed so far (warm-up excluded)
@@ -173,8 +180,9 @@ def _n_layers(runtime: Any) -> int | None:
 def run_probe(runtime: VerifyTimer, context: int = DEFAULT_CONTEXT, rows: Sequence[int] | None = None,
               repeats: int | None = None, warmup: int | None = None, budget_s: float | None = None,
               progress: Callable[[ProbeProgress], None] | None = None,
-              exit_layers: Sequence[int] | None = None) -> CostProfile:
-    """Probe `runtime` and return a "measured" CostProfile (not saved).
+              exit_layers: Sequence[int] | None = None, on: PassTimer | None = None) -> CostProfile:
+    """Probe `runtime` and return a "measured" CostProfile (not saved); the passes are timed on
+    its session `on` when given (its identity is still the runtime's).
 
     A transformer runtime (one with `config.n_layers`) also has one-row passes through its first
     K layers timed, for the early-exit drafter's price (engine.cost.draft_cost): at
@@ -186,16 +194,17 @@ def run_probe(runtime: VerifyTimer, context: int = DEFAULT_CONTEXT, rows: Sequen
     repeats = repeats if repeats is not None else (GPU_REPEATS if gpu else CPU_REPEATS)
     warmup = warmup if warmup is not None else (GPU_WARMUP if gpu else CPU_WARMUP)
     budget_s = budget_s if budget_s is not None else (GPU_BUDGET_S if gpu else CPU_BUDGET_S)
+    timer = on or runtime
     t0 = time.perf_counter()
     # inference mode: the runtime's graph buffers are inference tensors, and a probe never
     # needs autograd anyway
     with torch.inference_mode():
-        points = probe(lambda n: runtime.time_verify_pass(n, context), rows, repeats, warmup,
+        points = probe(lambda n: timer.time_verify_pass(n, context), rows, repeats, warmup,
                        progress, budget_s)
         n_layers = _n_layers(runtime)
         if exit_layers is None:
             exit_layers = default_exit_layers(n_layers) if n_layers else []
-        exits = probe_exit_layers(runtime, exit_layers, context) if exit_layers else {}
+        exits = probe_exit_layers(timer, exit_layers, context) if exit_layers else {}
     device = str(getattr(runtime, "device_name", "unknown"))
     model = str(getattr(runtime, "model_id", "unknown"))
     dtype = _dtype_name(runtime)
@@ -238,14 +247,16 @@ def _fitting(runtime: VerifyTimer, context: int, rows: Sequence[int]) -> tuple[i
     return max(1, min(context, limit - max(rows))), rows
 
 
-def profile_still_holds(runtime: VerifyTimer, prof: CostProfile, context: int | None = None) -> bool:
+def profile_still_holds(runtime: VerifyTimer, prof: CostProfile, context: int | None = None,
+                        on: PassTimer | None = None) -> bool:
     """A saved profile measured while the machine was busy (or on other hardware under the same
     name) would misprice every window. Time a few 1-row and 8-row passes now: more than 2x off
-    either way means probe again."""
+    either way means probe again (timed on the session `on` when given)."""
+    timer = on or runtime
     ctx, sizes = _fitting(runtime, context if context is not None else (prof.context or DEFAULT_CONTEXT),
                           (1, 8))
     for rows in sizes:
-        ms = statistics.median(runtime.time_verify_pass(rows, ctx) for _ in range(3))
+        ms = statistics.median(timer.time_verify_pass(rows, ctx) for _ in range(3))
         if not 0.5 <= ms / prof.ms(rows) <= 2.0:
             return False
     return True
@@ -253,16 +264,17 @@ def profile_still_holds(runtime: VerifyTimer, prof: CostProfile, context: int | 
 
 def card_profile(runtime: VerifyTimer, progress: Callable[[str, float], None] | None = None,
                  probe: bool = True, check: bool = False, context: int | None = None,
-                 **probe_args: Any) -> CostProfile | None:
+                 on: PassTimer | None = None, **probe_args: Any) -> CostProfile | None:
     """The attached card's verify-cost profile for this runtime's model and dtype: a saved or
     bundled one (re-timed first when `check`), else, when `probe` is set, a probe now.
 
     `context` None probes at the profile's usual context and saves the result to the per-user
     cache, so the next start is instant; a context (the committed length, when adaptive is
-    switched on mid-run) probes there, writing only scratch slots, and saves nothing.
+    switched on mid-run) probes there, writing only scratch slots, and saves nothing: passes
+    are then timed on the run's session `on` (the runtime still names device, model and dtype).
     """
     found = resolve_profile(runtime.device_name, runtime.model_id, runtime.dtype_name)
-    if found is not None and (not check or profile_still_holds(runtime, found, context)):
+    if found is not None and (not check or profile_still_holds(runtime, found, context, on)):
         return found
     if not probe:
         return found
@@ -270,4 +282,4 @@ def card_profile(runtime: VerifyTimer, progress: Callable[[str, float], None] | 
     probe_args["context"], probe_args["rows"] = _fitting(
         runtime, context if context is not None else probe_args.get("context", DEFAULT_CONTEXT),
         probe_args.get("rows") or (GPU_ROWS if gpu else CPU_ROWS))
-    return probe_profile(runtime, progress=progress, save=context is None, **probe_args)
+    return probe_profile(runtime, progress=progress, save=context is None, on=on, **probe_args)

@@ -221,7 +221,9 @@ class Session:
 
     Passes: `prefill` (committed tokens), `verify` (a window at the committed length), `commit`
     (keep a window's accepted rows), `scratch` (a pass at any length >= the committed one that
-    writes only slots past it and commits nothing: draft passes, timing passes).
+    writes only slots past it and commits nothing: draft passes, timing passes). It is a stream
+    in engine.speculation.stream's sense (as is `first_layers`' view); which device, model and
+    dtype it runs is its `runtime`'s to say.
     """
 
     def __init__(self, rt: Runtime, capacity: int) -> None:
@@ -232,27 +234,6 @@ class Session:
         self.needed = 0            # what the current request asked for (reserve)
         self.spare = 0
         self.request_capacity = capacity
-
-    # what a cost probe reads from the stream it times (engine.cost.probe.VerifyTimer)
-    @property
-    def config(self):
-        return self.runtime.config
-
-    @property
-    def device(self) -> torch.device:
-        return self.runtime.device
-
-    @property
-    def device_name(self) -> str:
-        return self.runtime.device_name
-
-    @property
-    def model_id(self) -> str:
-        return self.runtime.model_id
-
-    @property
-    def dtype_name(self) -> str:
-        return self.runtime.dtype_name
 
     # -- the cache -----------------------------------------------------------------------
     def reserve(self, needed: int, spare: int = 0) -> None:

@@ -3,9 +3,9 @@
 One contract (the proposer side of transformers' CandidateGenerator / vLLM's proposer): a
 drafter is handed a frozen `DraftRequest` and proposes a `TokenTree` rooted at the last committed
 token; it is told the verdict afterwards (`observe`) and, once a request starts, the target's
-session (`begin`: a model drafter takes its stream there). An empty tree means "no draft: decode
-one token normally". Every drafter obeys the same contract, so the decoder never asks which
-drafter it holds; `DrafterBase` gives the hooks a drafter does not need.
+stream (`begin`, a `TargetStream`: a model drafter takes the stream it drafts on there). An empty
+tree means "no draft: decode one token normally". Every drafter obeys the same contract, so the
+decoder never asks which drafter it holds; `DrafterBase` gives the hooks a drafter does not need.
 
 - `LookupDrafter`: prompt lookup decoding. One continuation of up to `depth` tokens copied from
   one earlier occurrence of the longest matching suffix n-gram. Which occurrence is the match
@@ -34,6 +34,7 @@ from engine.speculation.events import Provenance
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.sampling import Rng, SamplingConfig
 from engine.speculation.settings import MATCH_RULES
+from engine.speculation.stream import TargetStream
 from engine.speculation.tree import TokenTree, build_trie
 
 if TYPE_CHECKING:
@@ -76,8 +77,8 @@ class DraftRequest:
 class Drafter(Protocol):
     name: str
 
-    def begin(self, session: Any) -> None:
-        """A request starts on the target's session (engine.model.runtime.Session)."""
+    def begin(self, session: TargetStream) -> None:
+        """A request starts on the target's stream (engine.speculation.stream)."""
         ...
 
     def propose(self, req: DraftRequest) -> TokenTree:
@@ -95,7 +96,7 @@ class DrafterBase:
 
     name = "drafter"
 
-    def begin(self, session: Any) -> None:
+    def begin(self, session: TargetStream) -> None:
         pass
 
     def observe(self, outcome: "VerifyOutcome") -> None:

@@ -225,8 +225,9 @@ class PartsFactory:
         workbench) on the run's session at its committed length, so only scratch slots are
         written."""
         if self.profile is None:
-            self.profile = card_profile(session or self.rt, progress=self.progress, check=True,
-                                        context=session.length if session is not None else None)
+            self.profile = card_profile(self.rt, progress=self.progress, check=True,
+                                        context=session.length if session is not None else None,
+                                        on=session)
         return self.profile
 
     def _draft_cost(self, s: DecodeSettings, session: Session | None) -> DraftCost:
@@ -238,8 +239,8 @@ class PartsFactory:
             return early_exit_cost(self.profile, s.exit_layer, self.rt.config.n_layers,
                                    runtime=session or self.rt, context=max(1, ctx))
         stream = getattr(self.drafter, "stream", None) if session is not None else None
-        prof = card_profile(stream or self.draft_rt, progress=self.progress, check=True,
-                            context=stream.length if stream is not None else None)
+        prof = card_profile(self.draft_rt, progress=self.progress, check=True,
+                            context=stream.length if stream is not None else None, on=stream)
         return draft_model_cost(prof, f"draft model {self.draft_rt.model_id}")
 
     def draft_report(self, s: DecodeSettings) -> DraftReport | None:

@@ -35,10 +35,11 @@ from typing import Sequence
 import torch
 
 from engine.errors import ParameterError
-from engine.model.runtime import LayerView, Runtime, Session, chain
+from engine.model.runtime import Runtime, Session, chain
 from engine.speculation.drafters import DraftRequest, DrafterBase
 from engine.speculation.events import Provenance
 from engine.speculation.sampling import Rng, SamplingConfig, penalize, target_probs
+from engine.speculation.stream import Stream, TargetStream
 from engine.speculation.tree import TokenTree
 CATCH_UP_ROWS = 32      # committed tokens the draft model computes in its first draft pass;
                         # more (a new prompt) go through a chunked prefill first
@@ -104,7 +105,7 @@ class _ChainDrafter(DrafterBase):
 
     def __init__(self, vocab: int) -> None:
         self.vocab = vocab               # the target's logits width
-        self.stream: Session | LayerView | None = None     # set by `begin`
+        self.stream: Session | Stream | None = None     # set by `begin`
         self.draft_ms = 0.0               # wall time of all draft passes (the report's)
         self.draft_passes = 0
 
@@ -113,7 +114,7 @@ class _ChainDrafter(DrafterBase):
         """Measured draft time per drafted token (nan before the first draft)."""
         return self.draft_ms / self.draft_passes if self.draft_passes else float("nan")
 
-    def begin(self, target: Session) -> None:
+    def begin(self, target: TargetStream) -> None:
         """A new request on the target's session `target`: take the stream that drafts it and
         capture the draft pass's graphs now."""
         raise NotImplementedError
@@ -231,7 +232,7 @@ class EarlyExitDrafter(_ChainDrafter):
         super().__init__(target.config.vocab_size)
         self.exit_layer = exit_layer
 
-    def begin(self, target: Session) -> None:
+    def begin(self, target: TargetStream) -> None:
         self.stream = target.first_layers(self.exit_layer)
         self.stream.warm_up()
 
@@ -251,7 +252,7 @@ class DraftModelDrafter(_ChainDrafter):
         self.rt = draft_rt
         self._slots: list[int] = []       # the token whose keys each draft cache slot holds
 
-    def begin(self, target: Session) -> None:
+    def begin(self, target: TargetStream) -> None:
         # the draft's own session, as large as the target's request
         if self.stream is None:
             self.stream = self.rt.session(target.needed, target.spare)
