@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from engine.cost.acceptance import expected_tokens
 from engine.lessons import seeds as S
 from engine.lessons.figure import Comparison, LessonResult, Mark, Panel, fmt, series
 from engine.lessons.runs import LessonContext, Run, decode, workload_ids
@@ -158,7 +159,7 @@ def acceptance(ctx: LessonContext) -> LessonResult:
         prompts = workload_ids(ctx, spec)
         runs[name] = _runs(ctx, prompts, settings, name, (k / len(WORKLOADS), (k + 1) / len(WORKLOADS)))
     t = {name: totals(r) for name, r in runs.items()}
-    curves = tuple(series(f"γ = {g}", ALPHA_GRID, [S.expected_tokens(a, g) for a in ALPHA_GRID],
+    curves = tuple(series(f"γ = {g}", ALPHA_GRID, [expected_tokens(a, g) for a in ALPHA_GRID],
                           color=("neutral", "info", "card", "reference")[i], dashed=g != RUN_GAMMA)
                    for i, g in enumerate(GAMMAS))
     measured = [(name, t[name]) for name, _ in WORKLOADS if t[name].alpha is not None]
@@ -170,11 +171,11 @@ def acceptance(ctx: LessonContext) -> LessonResult:
     panel = Panel("expected tokens per pass, (1 − α^(γ+1)) / (1 − α)", "acceptance rate α per draft token",
                   "tokens per pass", curves + points, y_range=(0.8, 17.5))
     comps = [
-        Comparison("γ = 16 at α = 0.9", S.GAMMA16_AT_09, S.expected_tokens(0.9, 16), "tok/pass",
+        Comparison("γ = 16 at α = 0.9", S.GAMMA16_AT_09, expected_tokens(0.9, 16), "tok/pass",
                    write_up_text="about 8x"),
-        Comparison("γ = 16 vs γ = 4 at α = 0.6", None, S.expected_tokens(0.6, 16) - S.expected_tokens(0.6, 4),
+        Comparison("γ = 16 vs γ = 4 at α = 0.6", None, expected_tokens(0.6, 16) - expected_tokens(0.6, 4),
                    "tok/pass", write_up_text="barely better",
-                   here_text=f"{fmt(S.expected_tokens(0.6, 16))} vs {fmt(S.expected_tokens(0.6, 4))} (the formula)"),
+                   here_text=f"{fmt(expected_tokens(0.6, 16))} vs {fmt(expected_tokens(0.6, 4))} (the formula)"),
         Comparison("curves flat until α ≈", S.ALPHA_FLAT_UNTIL, None, write_up_text="0.5", here_text="(the same formula)"),
     ]
     for name, _ in WORKLOADS:
@@ -185,7 +186,7 @@ def acceptance(ctx: LessonContext) -> LessonResult:
             "almost none (roleplay)" if name == "roleplay" else "input-grounded: 2x-4x",
             here_text=("no window drafted" if tt.alpha is None else
                        f"α {fmt(tt.alpha)}; {fmt(tt.tokens_per_drafted)} measured vs "
-                       f"{fmt(S.expected_tokens(tt.alpha, RUN_GAMMA))} by the formula; "
+                       f"{fmt(expected_tokens(tt.alpha, RUN_GAMMA))} by the formula; "
                        f"{tt.drafted}/{tt.windows} windows drafted")))
     comps.append(Comparison("speedup of prompt lookup", S.LOOKUP_AVERAGE_SPEEDUP, None, "x",
                             write_up_text="2x-4x, 2.4x on average (input-grounded tasks)",

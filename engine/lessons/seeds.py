@@ -15,7 +15,8 @@ RX9070_AR_TOK_S = 39.6
 BUDGET_TABLE = (("linear lookup, depth 8", 8), ("linear lookup, depth 24", 24),
                 ("token tree, 3 matches x depth 8", 24))
 
-# seed 001: one verification step of prompt lookup, and Leviathan et al.'s expected tokens
+# seed 001: one verification step of prompt lookup, and Leviathan et al.'s expected tokens (the
+# formula is engine.cost.acceptance.expected_tokens; these are the write-up's figures from it)
 LOOKUP_PROPOSED, LOOKUP_ACCEPTED, LOOKUP_STEPS_AVOIDED = 8, 6, 5
 ALPHA_FLAT_UNTIL = 0.5           # "almost flat until acceptance climbs past about 0.5"
 GAMMA16_AT_09 = 8                # "at α = 0.9 a block of 16 is worth about 8x"
@@ -36,9 +37,3 @@ FLOOR_MAX_PROBES = 3
 HALO_AR_TOK_S, HALO_MTP_TOK_S = 33.78, 58.67
 R9700_AR_TOK_S, R9700_MTP_TOK_S = 34.92, 40.71
 
-
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """Leviathan et al.: expected tokens per pass, (1 - α^(γ+1)) / (1 - α)."""
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
