@@ -198,9 +198,9 @@ def build_actions(win) -> Actions:
         reset=_action(win, "Reset", theme.icon_reset(), ["Ctrl+R"], win.reset,
                       "clear the views and start again"),
         open_recording=_action(win, "Open recording…", theme.icon_open(), ["Ctrl+O"],
-                               win.open_recording_dialog),
+                               win.replay.open_dialog),
         save_recording=_action(win, "Save recording…", theme.icon_save(), ["Ctrl+S"],
-                               win.save_recording_dialog),
+                               win.replay.save_dialog),
         open_prompt=_action(win, "Open prompt…", None, ["Ctrl+P"], win.prompt_editor.open_dialog),
         quit=_action(win, "Quit", None, ["Ctrl+Q"], win.close),
         # arrows: Left goes back a window; Right goes forward, and steps the decoder at the end

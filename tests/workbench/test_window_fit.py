@@ -155,7 +155,7 @@ def test_every_view_shows_the_timelines_window_while_streaming(qtbot, make_windo
     from tests.workbench.conftest import SMALL, wait_idle
     win = make_window(dataclasses.replace(SMALL, draft="lookup", depth=4, max_new_tokens=80))
     checked, split_frames = [], []
-    draw = win.render_now
+    draw = win.presenter.render_now
 
     def render_and_check(split=False, force=False):
         drawn = draw(split=split, force=force)
@@ -171,7 +171,7 @@ def test_every_view_shows_the_timelines_window_while_streaming(qtbot, make_windo
             checked.append(ev.index)
         return drawn
 
-    win.render_now = render_and_check
+    win.presenter.render_now = render_and_check
     assert win.start_run()
     wait_idle(qtbot, win)
     assert win.last_error is None
@@ -250,7 +250,7 @@ def test_save_dialogs_open_at_home_then_where_the_user_last_saved(qtbot, make_wi
     (tmp_path / "out").mkdir()
     monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(fake_save))
     monkeypatch.chdir(tmp_path)
-    win.save_recording_dialog()
+    win.acts.save_recording.trigger()
     export._ask_csv(win)
     assert asked[0] == Path.home() / "specscope-session.jsonl"
     assert asked[1] == tmp_path / "out" / "specscope-rows.csv"          # where the last save went

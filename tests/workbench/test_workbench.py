@@ -451,7 +451,7 @@ def test_render_all_draws_the_plots_while_a_run_streams(qtbot, make_window):
     assert win.run.state == "running"          # streaming: the pacer spaces the plots out
     for _ in range(2):                         # the second right after the first drew the plots
         win.render_all()
-        assert not win.pacer.pending
+        assert not win.presenter.pacer.pending
         assert win.stats.state["windows"] == win.roofline.state["points"] == len(win.store)
     win.stop()
     wait_idle(qtbot, win)

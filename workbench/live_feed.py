@@ -1,0 +1,84 @@
+"""What the live run reports, into the window: the model it loaded and the card's cost profile,
+its header, its windows and its report into the store the views show, its failure into the
+banner. Connected to the window's workbench.run_control.RunController, which lets through the
+current run's signals only, on the main thread.
+"""
+
+from __future__ import annotations
+
+from engine.speculation.events import WindowEvent
+from engine.speculation.settings import DecodeSettings
+
+# a failed run's banner title, by the kind of failure (workbench.worker)
+FAILURE_TITLES = {"model": "Cannot load the model", "parameter": "Bad setting", "memory": "Out of memory"}
+
+
+class LiveFeed:
+    def __init__(self, win):
+        """`win`: the workbench.window.MainWindow whose store, state and status line this fills."""
+        self.win = win
+
+    def connect(self, run) -> None:
+        run.progress.connect(self.win.status.loading)
+        run.runtime_ready.connect(self.on_runtime)
+        run.profile_ready.connect(self.use_profile)
+        run.started.connect(self.on_started)
+        run.window.connect(self.on_window)
+        run.finished.connect(self.on_finished)
+        run.failed.connect(self.on_failed)
+
+    def on_runtime(self, info: dict) -> None:
+        win = self.win
+        win.runtime_info = info
+        win.model_failed = False
+        act = info.get("activation_dtype", info["dtype"])     # the int4 CPU kernels: bfloat16
+        dtype = info["dtype"] if act == info["dtype"] else f"{info['dtype']}, {act} activations"
+        win.status.say(f"loaded {info['model']} on {info['device']} ({dtype}; "
+                       f"{info['weights']}) in {info['load_s']:.1f} s")
+        win.roofline.set_weights(info["weights"])
+        win.status.source.setText(win.replay.source_text())
+
+    def use_profile(self, profile) -> None:
+        """The card's cost profile (probed, saved, or a recording's) prices what the views show."""
+        win = self.win
+        win.card_profile = profile
+        win.roofline.set_card_profile(profile)
+        win.stats.set_ar_ms(profile.ms(1) if profile is not None else None)
+        win.presenter.mark()
+
+    def on_started(self, header: dict) -> None:
+        win = self.win
+        win.store.header = dict(header)
+        if win.card_profile is not None and hasattr(win.card_profile, "to_dict"):
+            win.store.header["card_profile"] = win.card_profile.to_dict()
+        win.status.tokens(0, header["settings"]["max_new_tokens"])
+
+    def on_window(self, ev: WindowEvent) -> None:
+        win = self.win
+        win.store.append(ev)               # cheap; the timeline and views catch up at the next frame
+        if ev.notice:                      # e.g. a draft model larger than the target
+            win.status.say(ev.notice)
+        win.presenter.mark()
+
+    def on_finished(self, report: dict) -> None:
+        win = self.win
+        win.last_report = report
+        win.store.report = report
+        win.status.finished(report)
+        win.presenter.mark()
+
+    def on_failed(self, message: str, kind: str) -> None:
+        win = self.win
+        win.last_error = (message, kind)
+        if kind == "model":
+            win.model_failed = True
+            win.update_actions()
+        win.show_error(message, FAILURE_TITLES.get(kind, "Engine error"))
+        win.status.progress.hide()
+
+    def send_settings(self, s: DecodeSettings) -> None:
+        """New settings from the controls: a live run takes them at its next window."""
+        win = self.win
+        if win.run.busy and win.mode == "live":
+            win.run.send_settings(s)
+            win.status.say("settings sent: they apply at the next window")
