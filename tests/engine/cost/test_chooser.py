@@ -9,6 +9,7 @@ import pytest
 from engine.cost.acceptance import reproject as _reproject
 from engine.cost.chooser import WindowChooser
 from engine.cost.floor import ArFloor
+from engine.cost.plan import FLOOR_BAD_WINDOW, FLOOR_NO_GAIN, Cause
 from engine.cost.profile import reference_profile
 from engine.errors import ParameterError
 from engine.speculation.events import (BONUS, CORRECTION, FROM_DRAFT, TARGET, Provenance, WindowEvent,
@@ -73,7 +74,7 @@ def test_zero_acceptance_decodes_plainly(pid):
     c = chooser(pid, prior=0.0).choose("lookup")
     assert c.plain and c.rows == 1 and c.expected_tokens == 1.0
     assert c.predicted_ms == reference_profile(pid).ms(1)
-    assert "does not beat plain" in c.reason
+    assert c.cause == Cause.NOT_BEATING and c.figures["best_tokens"] / c.figures["best_ms"] <= 1 / c.predicted_ms
 
 
 def test_rejections_turn_a_gemv_card_to_plain_decoding():
@@ -135,7 +136,7 @@ def test_chooser_picks_the_best_rate_exhaustively():
 def test_no_draft_and_row_limits():
     ch = chooser(RX, max_rows=10)
     c = ch.choose("lookup", available_depth=0)
-    assert c.plain and "no continuation" in c.reason
+    assert c.plain and c.cause == Cause.NO_CONTINUATION
     assert all(x.rows <= 10 for x in ch.candidates("lookup"))
     assert ch.choose("lookup").rows <= 10
 
@@ -245,7 +246,7 @@ def test_floor_retires_low_acceptance_on_expensive_rows():
     assert floor.retired and floor.state == "retired"
     assert log == ["plain", "window", "window", "window", "plain", "plain", "plain", "plain"]
     assert floor.ar_windows == 5 and floor.want_plain_step()
-    assert "not below plain" in floor.reason
+    assert floor.figures["status"] == FLOOR_NO_GAIN and floor.figures["best"] >= floor.ar_ms
 
 
 def test_floor_stays_on_for_high_acceptance_on_cheap_rows():
@@ -273,7 +274,7 @@ def test_floor_ties_and_bad_timings_retire():
         floor = ArFloor()
         floor.record_plain(10.0)
         floor.record_window(bad, 3)
-        assert floor.retired and "invalid" in floor.reason
+        assert floor.retired and floor.figures["status"] == FLOOR_BAD_WINDOW
     floor = ArFloor()
     floor.record_plain(float("nan"))
     assert floor.retired

@@ -10,6 +10,7 @@ import pytest
 from engine.cost.chooser import WindowChooser
 from engine.cost.draft_cost import (DraftCost, draft_break_even, early_exit_cost, exit_line,
                                     format_exit_break_even)
+from engine.cost.plan import Cause
 from engine.cost.profile import profile_from_points
 from engine.errors import ParameterError
 
@@ -83,7 +84,7 @@ def test_a_draft_that_cannot_pay_is_never_tried_and_a_cheap_one_is_tried_then_le
     dear = chooser_with(DraftCost("dear", 10.0, prof))
     c = dear.choose("early-exit")
     assert c.plain and not c.explore            # even all-accepted windows lose: no first try
-    assert "can pay on this device, even with every draft accepted" in c.reason
+    assert c.cause == Cause.NEVER_PAYS
     # the verdict holds (no re-pricing) until HOLD windows were observed, then is priced again
     from engine.cost.chooser import HOLD
     dear.register("early-exit", draft_ms=DraftCost("free", 1e-6, prof).draft_ms)
@@ -95,7 +96,7 @@ def test_a_draft_that_cannot_pay_is_never_tried_and_a_cheap_one_is_tried_then_le
     # at the prior 0.5 no window pays (depth 1: 1.5 tok in 16 ms < 1 tok in 10 ms), but one
     # accepted in full could (2 tok in 16 ms): it is tried once
     first = cheap.choose("early-exit")
-    assert first.explore and first.depth >= 1 and "first try" in first.reason
+    assert first.explore and first.depth >= 1 and first.cause == Cause.FIRST_TRY
     assert first.predicted_ms == pytest.approx(12.0 + 4.0 * first.depth)
     # it turns out to be accepted every time: the chooser now drafts deep on its own
     for _ in range(6):

@@ -6,9 +6,14 @@ from __future__ import annotations
 import dataclasses
 import queue
 
+from engine.cost.plan import Cause, describe
 from engine.speculation.decoder import Decoder
 from engine.io.prompts import default_prompt, encode_prompt
 from engine.speculation.settings import DecodeSettings
+
+# what the chooser says of a window it priced: drafted, or plain because drafting would not pay
+PRICED_CAUSES = {Cause.PRICED, Cause.NOT_BEATING, Cause.NEVER_PAYS, Cause.NO_CONTINUATION,
+                 Cause.NO_FIT}
 
 
 def test_switching_to_adaptive_mid_run_keeps_greedy_output(cpu_runtime, tmp_path, monkeypatch) -> None:
@@ -22,7 +27,8 @@ def test_switching_to_adaptive_mid_run_keeps_greedy_output(cpu_runtime, tmp_path
     dec = Decoder(cpu_runtime, ids, s, controls=controls)
     chosen = []
     for i, ev in enumerate(dec.windows()):
-        chosen.append((ev.depth, ev.width, ev.reason))
+        chosen.append((ev.depth, ev.width, ev.cause))
+        assert ev.reason == describe(ev.cause, ev.figures)      # the words are the cause's
         if i == 1:
             controls.put(dataclasses.replace(s, adaptive=True, depth=6, width=2))
         if i == 6:                                   # and off again: fixed windows from here
@@ -32,9 +38,9 @@ def test_switching_to_adaptive_mid_run_keeps_greedy_output(cpu_runtime, tmp_path
     # windows after the switch were priced by the chooser within the new limits
     later = chosen[3:7]
     assert later and all(d <= 6 and w <= 2 for d, w, _ in later)
-    assert all(r.startswith(("depth", "plain")) for _, _, r in later)
+    assert all(c in PRICED_CAUSES for _, _, c in later), later
     after = chosen[8:-1]                             # (the last window may be cut short)
-    assert after and all(r == "fixed depth and width" for _, _, r in after), after
+    assert after and all(c == Cause.FIXED for _, _, c in after), after
 
 
 def test_near_ties_use_the_runtimes_margin(cpu_runtime, code_edit_prompts):

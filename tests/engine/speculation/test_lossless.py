@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.cost.plan import Cause, describe
 from engine.speculation.decoder import Decoder
 from engine.io.prompts import encode_prompt
 from engine.model.runtime import Session, chain
@@ -210,6 +211,9 @@ def test_sampled_speculation_with_penalties_stays_in_top_k(rt, prompts):
 
 
 MODEL_NEW_TOKENS = 24   # short: each draft token costs a draft pass on 2 CPU cores
+# the causes of a plain step (engine.cost.plan.Cause)
+PLAIN_CAUSES = {Cause.NO_DRAFTER, Cause.LAST_TOKEN, Cause.NO_CONTINUATION, Cause.NO_FIT,
+                Cause.NEVER_PAYS, Cause.NOT_BEATING}
 
 
 @pytest.fixture(scope="module")
@@ -325,12 +329,15 @@ def test_priced_model_drafts_equal_plain_decoding(rt, prompts, short_references,
     assert dec.draft_cost.one_row_ms == pytest.approx(0.01 * cheap_exit_profile.ms(1))
     drafted = [ev for ev in events if ev.tokens]
     assert drafted and dec.report()["proposed_draft_tokens"] > 0
+    assert all(ev.reason == describe(ev.cause, ev.figures) for ev in events)   # words of the cause
     if takeover:      # both drafters priced on one clock, each window says who won and why
-        assert all(ev.reason.startswith("takeover: ") and "plain " in ev.reason for ev in events
-                   if ev.reason != "plain decode: the last token of the request")
+        chosen = [ev for ev in events if ev.cause != Cause.LAST_TOKEN]
+        assert chosen and all(ev.cause == Cause.PRICED_TAKEOVER and ev.figures["ar_ms"] > 0
+                              and ev.figures["kind"] in ("ngram", "model", "plain") for ev in chosen)
         assert {ev.drafter for ev in drafted} >= {"early-exit"}
     else:             # the chooser's own pricing, draft time included
-        assert all("draft " in ev.reason for ev in drafted if not ev.reason.startswith("first try"))
+        assert all(ev.cause == Cause.FIRST_TRY or (ev.cause == Cause.PRICED
+                                                   and ev.figures["draft_ms"] > 0) for ev in drafted)
 
 
 def test_a_draft_model_as_dear_as_the_target_is_never_tried(rt, prompts, self_draft, short_references):
@@ -349,5 +356,5 @@ def test_a_draft_model_as_dear_as_the_target_is_never_tried(rt, prompts, self_dr
     # priced on the profile it can never pay; on a busy machine the measured plain steps may run
     # slow enough to allow one first try, after which its measured draft time rules it out
     drafted = [ev for ev in events if ev.tokens]
-    assert len(drafted) <= 1 and all(ev.reason.startswith("first try") for ev in drafted)
-    assert all(ev.reason.startswith("plain decode") for ev in events if not ev.tokens)
+    assert len(drafted) <= 1 and all(ev.cause == Cause.FIRST_TRY for ev in drafted)
+    assert all(ev.cause in PLAIN_CAUSES for ev in events if not ev.tokens)
