@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.model.attention import WindowLayout, ancestor_table  # noqa: E402
+from engine.kernels.window_layout import WindowLayout, ancestor_table  # noqa: E402
 
 
 def _ms(fn, reps: int = 50) -> float:

@@ -46,6 +46,9 @@ Adding a kernel
 of ``@triton.jit`` kernels and fails until each one shows up in some site's recorded launches.
 
 Imported lazily (the doctor, the tests, bench scripts): nothing here runs when the engine decodes.
+The one module of engine.kernels that imports engine.weights (the layers contract in
+pyproject.toml names that exception): its checks launch the kernels on real packed weights and
+compare them with the weights' torch dequantization.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def _dt(dtype: torch.dtype) -> str:
 
 
 def _meta_packed(qtype: str, n: int, k: int, device="meta"):
-    from engine.weights.packed import PackedWeight, plane_shapes
+    from engine.weights import PackedWeight, plane_shapes
     return PackedWeight(qtype, (n, k), {p: torch.empty(s, dtype=d, device=device)
                                         for p, (s, d) in plane_shapes(qtype, n, k).items()})
 
@@ -284,7 +287,7 @@ def _dense_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 def _graph_layout(rows: int, device="meta"):
     """The WindowLayout of a graph bucket, laid out as graphs.GraphBucket lays it out (one
     packed long tensor: tokens, depths, n, the ancestor table), so pointer alignment matches."""
-    from engine.model.attention import WindowLayout
+    from engine.kernels.window_layout import WindowLayout
     B = rows
     packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=device)
     return WindowLayout(packed[2 * B], packed[B:2 * B], packed[2 * B + 1:].view(B, B))
@@ -334,7 +337,7 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: in
 
 
 def _attention_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
-    from engine.model.attention import WindowLayout, ancestor_table
+    from engine.kernels.window_layout import WindowLayout, ancestor_table
     from engine.kernels.triton_attention import layout_attention_triton
     g = torch.Generator().manual_seed(3)
     R, hq, hkv, d, cap, n = 5, 8, 2, 64, 512, 300

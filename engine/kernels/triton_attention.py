@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.model.attention import BLOCK, WindowLayout
+from engine.kernels.window_layout import BLOCK, WindowLayout
 from engine.kernels.dot_precision import ieee_code
 from engine.kernels.triton_dot import dot_f32
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from engine.model.attention import WindowLayout, ancestor_table
+from engine.kernels.window_layout import WindowLayout, ancestor_table
 from engine.model.cache import KVCache
 
 if TYPE_CHECKING:
@@ -36,6 +36,20 @@ def capture(run: Callable, dev: torch.device, pool) -> tuple["torch.cuda.CUDAGra
     return graph, out
 
 
+def staging(n: int, pinned: bool) -> torch.Tensor:
+    """A zeroed long host tensor of n for ONE upload (`packed.copy_(h, non_blocking=True)`).
+
+    Never reuse one: an asynchronous copy from pinned memory reads the host bytes when the
+    stream reaches it, not when it is enqueued. A bucket that kept one host buffer and refilled
+    it for the next chunk while the GPU was still busy with the last uploaded the next chunk's
+    tokens twice: a prompt whose consecutive prefill chunks share a bucket left a chunk's slots
+    unwritten, by timing (a runtime that had decoded before gave other tokens than a fresh one,
+    issue 31; BENCHMARKS.md "Same prompt, same tokens"). A new pinned tensor per upload is safe:
+    torch's pinned allocator does not hand its block out again until the copy reading it has
+    run."""
+    return torch.zeros(n, dtype=torch.long, pin_memory=pinned)
+
+
 class GraphBucket:
     """One captured verify pass of `rows` rows over one session's cache, at its capacity.
 
@@ -52,8 +66,7 @@ class GraphBucket:
         # warm-up and capture runs write their keys at the very end of the cache, never over
         # a committed prefix
         self.packed[2 * B] = C - B
-        self.host = torch.zeros(2 * B + 1 + B * B, dtype=torch.long,
-                                pin_memory=dev.type == "cuda")
+        self.pinned = dev.type == "cuda"
         cols = torch.arange(C, device=dev)
         ar = torch.arange(B, device=dev)
 
@@ -86,8 +99,7 @@ class GraphBucket:
                n: int) -> None:
         """Run the bucket on a window of R <= B rows at committed length n (ancestors [R, R])."""
         B, R = self.rows, len(tokens)
-        h = self.host
-        h.zero_()
+        h = staging(self.packed.numel(), self.pinned)
         h[:R] = torch.tensor(tokens)
         h[B:B + R] = torch.tensor(depths)
         pad = torch.arange(1, B - R + 1)
@@ -115,7 +127,7 @@ class PrefillBucket:
         self.rows, self.span = B, span
         self.packed = torch.zeros(B + 1, dtype=torch.long, device=dev)
         self.packed[B] = span - B           # warm-up and capture: the last B slots of the span
-        self.host = torch.zeros(B + 1, dtype=torch.long, pin_memory=dev.type == "cuda")
+        self.pinned = dev.type == "cuda"
         cols = torch.arange(span, device=dev)
         ar = torch.arange(B, device=dev)
 
@@ -131,8 +143,7 @@ class PrefillBucket:
             self.graph, _ = capture(run, dev, rt._prefill_pool)
 
     def replay(self, chunk: Sequence[int], n: int) -> None:
-        h = self.host
-        h.zero_()
+        h = staging(self.rows + 1, self.pinned)
         h[:len(chunk)] = torch.tensor(chunk)
         h[self.rows] = n
         self.packed.copy_(h, non_blocking=True)

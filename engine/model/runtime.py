@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
-from engine.model.attention import WindowLayout, ancestor_table
+from engine.kernels.window_layout import WindowLayout, ancestor_table
 from engine.model.cache import KVCache
 from engine.model.device import (device_name, dtype_name, one_torch_thread, pick_device, pick_dtype,
                                  synchronize)

@@ -224,7 +224,7 @@ def test_the_attention_check_does_not_depend_on_the_cpu_float32_mode(capsys):
     """The H200 report: a float32 tree off by 5.8e-03 against a CPU reference computed in
     oneDNN's bfloat16 mode. The reference is float64 now: with that mode on, float32 still
     passes at 1e-5; and a reference with the wrong tree (siblings see each other) fails."""
-    from engine.model.attention import WindowLayout, ancestor_table
+    from engine.kernels.window_layout import WindowLayout, ancestor_table
     from engine.kernels.kernel_catalog import attention_reference
     from engine.kernels.triton_attention import layout_attention_triton
     from specscope.doctor import judge_kernel

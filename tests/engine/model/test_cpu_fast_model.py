@@ -16,7 +16,8 @@ import torch
 
 from engine.io.load import load_model
 from engine.io.prompts import encode_prompt
-from engine.model.attention import WindowLayout, ancestor_table, bind_layout_attention, layout_attention
+from engine.kernels.window_layout import WindowLayout, ancestor_table
+from engine.model.attention import bind_layout_attention, layout_attention
 from engine.model.linear import cpu_fast_available
 from engine.model.runtime import Runtime, chain, cpu_fast_fits
 from engine.speculation.decoder import Decoder

@@ -5,8 +5,8 @@ the flag is restored afterwards."""
 
 import torch
 
-from engine.model.attention import (WindowLayout, ancestor_table, float32_bmm, layout_attention,
-                                    onednn_bf16_mode_is_fp32)
+from engine.kernels.window_layout import WindowLayout, ancestor_table
+from engine.model.attention import float32_bmm, layout_attention, onednn_bf16_mode_is_fp32
 
 
 def _cpu_has_bf16() -> bool:
