@@ -23,6 +23,7 @@ from pathlib import Path
 from engine.errors import ParameterError
 from engine.io.workloads import SPECBENCH_CATEGORIES, load_workload
 from engine.tuning.export import FORMATS, export_cell
+from engine.tuning.eta import eta_text
 from engine.tuning.grid import SweepConfig, parse_ints
 from engine.tuning.sweep_file import find_cell, load_sweep, save_sweep
 from engine.speculation.settings import MATCH_RULES
@@ -69,13 +70,6 @@ def config_from_args(a: argparse.Namespace) -> SweepConfig:
                        ngram_min=a.ngram_min, ngram_max=a.ngram_max)
 
 
-def _clock(s: float | None) -> str:
-    if s is None:
-        return "time left: measuring"
-    s = int(round(s))
-    return f"~{s // 60}m{s % 60:02d}s left" if s >= 60 else f"~{s}s left"
-
-
 def run_sweep(a: argparse.Namespace) -> int:
     from engine.session import open_runtime
     from engine.tuning.sweep import Sweep, SweepCancelled
@@ -100,7 +94,7 @@ def run_sweep(a: argparse.Namespace) -> int:
     try:
         for step in sweep.steps():
             save_sweep(step.result, out)
-            say(f"[{step.done}/{step.total}] {step.message}  ({_clock(step.eta_s)})", step.fraction)
+            say(f"[{step.done}/{step.total}] {step.message}  ({eta_text(step.eta_s)})", step.fraction)
     except (KeyboardInterrupt, SweepCancelled):
         save_sweep(res, out)
         print(f"\nspecscope sweep: interrupted; {len(res['cells'])} of {len(res['planned'])} cells "

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (QComboBox, QFormLayout, QLabel, QLineEdit, QProgr
                                QScrollArea, QSpinBox, QTabWidget)
 
 from engine.errors import SpecscopeError
+from engine.tuning.eta import eta_text
 
 from workbench import dialogs
 from workbench.job_dock import JobDock
@@ -27,13 +28,6 @@ from workbench.widgets import ElidedLabel, column, row
 from workbench.worker import GeneratorWorker
 
 WORKLOADS = ("code-edit", "specbench", "specbench:summarization,rag", "specbench:qa,translation")
-
-
-def clock(eta_s: float | None) -> str:
-    if eta_s is None:
-        return "time left: measuring"
-    s = int(round(eta_s))
-    return f"~{s // 60}m{s % 60:02d}s left" if s >= 60 else f"~{s}s left"
 
 
 class SweepDock(JobDock):
@@ -47,48 +41,8 @@ class SweepDock(JobDock):
         model (stops the live run)."""
         super().__init__(worker, context, before_job, parent)
         self.result: dict[str, Any] | None = None
-
-        self.workload = QComboBox()
-        self.workload.setEditable(True)
-        self.workload.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.workload.setMinimumContentsLength(10)
-        self.workload.addItems(list(WORKLOADS))
-        self.workload.setToolTip("code-edit, specbench[:CATEGORY,...] or a .jsonl prompt file")
-        pick = QPushButton("File…")
-        pick.clicked.connect(self._pick_workload)
-        self.drafts = QLineEdit("lookup,tree")
-        self.depths = QLineEdit("2,4,8,16")
-        self.widths = QLineEdit("1,2,3")
-        self.prompts = QSpinBox()
-        self.prompts.setRange(0, 480)
-        self.prompts.setValue(2)
-        self.prompts.setSpecialValueText("all")
-        self.new_tokens = QSpinBox()
-        self.new_tokens.setRange(1, 4096)
-        self.new_tokens.setValue(64)
-        self.folder = QLineEdit("")
-        self.folder.setToolTip("sweep.json and sweep.csv go here; a sweep already there with the "
-                               "same workload and lengths is resumed")
-        form = QFormLayout()
-        form.addRow("workload", row((self.workload, 1), pick))
-        form.addRow("drafters", self.drafts)
-        form.addRow("depths", row((self.depths, 1), QLabel("widths"), (self.widths, 1)))
-        form.addRow("prompts", row((self.prompts, 1), QLabel("tokens"), (self.new_tokens, 1)))
-        form.addRow("folder", self.folder)
-        self.run_button = QPushButton("Run / resume")
-        self.run_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.load_button = QPushButton("Load…")
-        self.load_button.clicked.connect(self._load_dialog)
-        self.apply_button = QPushButton("Apply best")
-        self.apply_button.clicked.connect(self._apply_best)
-        self.race_button = QPushButton("Race best two")
-        self.race_button.clicked.connect(self._race_best)
-        self.export_button = QPushButton("Export…")
-        self.export_button.setToolTip("a cell (the one clicked last, else the best) as our command "
-                                      "line, llama.cpp server flags or vLLM's speculative_config")
-        self.export_button.clicked.connect(self.export_dialog)
+        form = self._build_form()
+        self._build_buttons()
         self.chosen: str | None = None       # the cell clicked last (what Export offers first)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
@@ -119,6 +73,53 @@ class SweepDock(JobDock):
         self.workload.currentTextChanged.connect(lambda _: self._default_folder())
         self._default_folder()
         self._enable()
+
+    def _build_form(self) -> QFormLayout:
+        """The sweep's inputs: workload, drafters, depths and widths, prompts, tokens, folder."""
+        self.workload = QComboBox()
+        self.workload.setEditable(True)
+        self.workload.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.workload.setMinimumContentsLength(10)
+        self.workload.addItems(list(WORKLOADS))
+        self.workload.setToolTip("code-edit, specbench[:CATEGORY,...] or a .jsonl prompt file")
+        pick = QPushButton("File…")
+        pick.clicked.connect(self._pick_workload)
+        self.drafts = QLineEdit("lookup,tree")
+        self.depths = QLineEdit("2,4,8,16")
+        self.widths = QLineEdit("1,2,3")
+        self.prompts = QSpinBox()
+        self.prompts.setRange(0, 480)
+        self.prompts.setValue(2)
+        self.prompts.setSpecialValueText("all")
+        self.new_tokens = QSpinBox()
+        self.new_tokens.setRange(1, 4096)
+        self.new_tokens.setValue(64)
+        self.folder = QLineEdit("")
+        self.folder.setToolTip("sweep.json and sweep.csv go here; a sweep already there with the "
+                               "same workload and lengths is resumed")
+        form = QFormLayout()
+        form.addRow("workload", row((self.workload, 1), pick))
+        form.addRow("drafters", self.drafts)
+        form.addRow("depths", row((self.depths, 1), QLabel("widths"), (self.widths, 1)))
+        form.addRow("prompts", row((self.prompts, 1), QLabel("tokens"), (self.new_tokens, 1)))
+        form.addRow("folder", self.folder)
+        return form
+
+    def _build_buttons(self) -> None:
+        self.run_button = QPushButton("Run / resume")
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.load_button = QPushButton("Load…")
+        self.load_button.clicked.connect(self._load_dialog)
+        self.apply_button = QPushButton("Apply best")
+        self.apply_button.clicked.connect(self._apply_best)
+        self.race_button = QPushButton("Race best two")
+        self.race_button.clicked.connect(self._race_best)
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("a cell (the one clicked last, else the best) as our command "
+                                      "line, llama.cpp server flags or vLLM's speculative_config")
+        self.export_button.clicked.connect(self.export_dialog)
 
     # ---- settings -------------------------------------------------------------------------
     def config(self):
@@ -202,7 +203,7 @@ class SweepDock(JobDock):
     # ---- from the thread ----------------------------------------------------------------
     def on_item(self, tick: SweepTick) -> None:
         self.bar.setValue(int(1000 * tick.done / max(1, tick.total)))
-        self.bar.setFormat(f"%p% · {tick.done}/{tick.total} · {clock(tick.eta_s)}")
+        self.bar.setFormat(f"%p% · {tick.done}/{tick.total} · {eta_text(tick.eta_s)}")
         self.status.setText(tick.message)
         self._show(tick.result)
 

@@ -67,6 +67,19 @@ class StatsView(QWidget):
         # which drafter the shown window used (and why: the tooltip), its draft vs verify time
         self.drafter = ElidedLabel("")
         self.drafter.setObjectName("chip")
+        self._build_plots()
+        self._build_curves()
+        # the headline has the whole width (it wraps); the chips sit on a line of their own
+        column(self, self.headline, row((self.drafter, 1), self.floor), (self.glw, 1))
+        self.ar_ms: float | None = None
+        self.state: dict = {}
+        self._empty = False
+        self.show_upto(None, -1)
+        # drawn as two parts, so a live frame repaints two plots, not four
+        self.parts = (Part(lambda s: self.show_upto(s.store, s.index, part="top")),
+                      Part(lambda s: self.show_upto(s.store, s.index, part="bottom")))
+
+    def _build_plots(self) -> None:
         self.glw = pg.GraphicsLayoutWidget()
         self.glw.ci.setSpacing(10)
         self.p_tps = self.glw.addPlot(row=0, col=0)
@@ -92,11 +105,14 @@ class StatsView(QWidget):
         for p in (self.p_tps, self.p_pass, self.p_depth, self.p_gamma):
             _shrinkable(p.titleLabel)
             # fixed axis sizes: a tick label growing by a digit must not relayout the plots
-            # (a relayout regenerates every axis and costs a frame tens of ms)
+            # (a relayout regenerates every axis: what that costs a frame is in BENCHMARKS.md,
+            # "Workbench timings (moved from code comments)")
             p.getAxis("left").setWidth(52)
             p.getAxis("bottom").setHeight(36)
             p.hideButtons()
             p.setMenuEnabled(False)
+
+    def _build_curves(self) -> None:
         # curves are created once and fed with setData (pyqtgraph's fast path)
         self.c_tps = self.p_tps.plot([], [], pen=pg.mkPen(theme.ACCENT, width=2))
         self.c_tps_win = self.p_tps.plot([], [], pen=None, symbol="o", symbolSize=3,
@@ -124,15 +140,6 @@ class StatsView(QWidget):
         self.m_window = pg.InfiniteLine(angle=90, pen=pg.mkPen(theme.TEXT + "80", width=1))
         self.p_pass.addItem(self.m_window)
         self.p_depth.setYRange(0, 1.05, padding=0)
-        # the headline has the whole width (it wraps); the chips sit on a line of their own
-        column(self, self.headline, row((self.drafter, 1), self.floor), (self.glw, 1))
-        self.ar_ms: float | None = None
-        self.state: dict = {}
-        self._empty = False
-        self.show_upto(None, -1)
-        # drawn as two parts, so a live frame repaints two plots, not four
-        self.parts = (Part(lambda s: self.show_upto(s.store, s.index, part="top")),
-                      Part(lambda s: self.show_upto(s.store, s.index, part="bottom")))
 
     def resizeEvent(self, e) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(e)

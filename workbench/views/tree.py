@@ -1,9 +1,8 @@
 """The token tree of one window: root (the last committed token) on the left, drafts to the right.
 
-Each branch reads left to right like the text it proposes. Children are ordered accepted first,
-then by match rank, and a parent sits on the line of its first child, so the accepted path is one
-straight line along the top. The token the target added after the path (bonus or correction) is
-drawn as a dashed node at the end of it.
+Each branch reads left to right like the text it proposes; the accepted path is one straight line
+along the top (workbench.views.tree_layout places the nodes). The token the target added after the
+path (bonus or correction) is drawn as a dashed node at the end of it.
 """
 
 from __future__ import annotations
@@ -23,13 +22,9 @@ from engine.speculation.events import (ACCEPTED, BONUS, CORRECTION, NOT_REACHED,
 from workbench import theme
 from workbench.tokens import fmt_prob, visible
 from workbench.views.base import Shown
+from workbench.views.tree_layout import TreeLayout, layout
 from workbench.widgets import ElidedLabel, column
 
-NODE_H = 26.0
-ROW_GAP = 10.0
-COL_GAP = 34.0
-PAD_X = 9.0
-LABEL_LIMIT = 18
 EXTRA = "extra"          # the bonus / correction / target token, not a draft node
 
 
@@ -216,120 +211,63 @@ class TokenTreeView(QWidget):
 
     # ---- layout -----------------------------------------------------------------------------
     def _build(self, ev: WindowEvent) -> None:
-        fm = QFontMetricsF(theme.mono_font(9.5))
-        roles = node_roles(ev)
-        on_path = set(ev.accepted_path)
-        n = len(ev.tokens)
-        children: dict[int, list[int]] = {-1: []}
-        for i, p in enumerate(ev.parents):
-            children.setdefault(p, []).append(i)
-
-        def rank(i: int) -> tuple:
-            prov = ev.provenance[i] if i < len(ev.provenance) else None
-            return (0 if i in on_path else 1, prov.match if prov else 0, i)
-
-        for k in children:
-            children[k].sort(key=rank)
+        qs = {i: node_q(ev, i) for i in range(len(ev.tokens))}
         extra = extra_token(ev)
-        extra_parent = ev.accepted_path[-1] if ev.accepted_path else -1
-        EXTRA_ID = n                                    # a pseudo node id for layout only
-        if extra is not None:
-            children.setdefault(extra_parent, []).insert(0, EXTRA_ID)
-
-        depth = {-1: 0}
-        labels = {-1: visible(ev.root_text, LABEL_LIMIT)}
-        qs = {i: node_q(ev, i) for i in range(n)}
-        for i in range(n):
-            depth[i] = ev.depths[i] if i < len(ev.depths) else 1
-            labels[i] = visible(ev.texts[i], LABEL_LIMIT)
-            if qs[i] is not None:          # a model draft: its q beside the token
-                labels[i] += f"  q{fmt_prob(qs[i], 2).lstrip('0')}"
-        if extra is not None:
-            depth[EXTRA_ID] = depth[extra_parent] + 1
-            labels[EXTRA_ID] = visible(extra[0], LABEL_LIMIT)
-        max_depth = max(depth.values())
-        col_w = [0.0] * (max_depth + 1)
-        for k, d in depth.items():
-            col_w[d] = max(col_w[d], fm.horizontalAdvance(labels[k]) + 2 * PAD_X, 34.0)
-        col_x = [0.0]
-        for d in range(1, max_depth + 1):
-            col_x.append(col_x[-1] + col_w[d - 1] + COL_GAP)
-
-        # one line per leaf, in DFS order; a parent shares its first child's line
-        line: dict[int, int] = {}
-        next_line = [0]
-
-        def place(k: int) -> int:
-            kids = children.get(k, [])
-            if not kids:
-                line[k] = next_line[0]
-                next_line[0] += 1
-                return line[k]
-            first = place(kids[0])
-            for c in kids[1:]:
-                place(c)
-            line[k] = first
-            return first
-
-        place(-1)
-        rects: dict[int, QRectF] = {}
-        for k, d in depth.items():
-            w = fm.horizontalAdvance(labels[k]) + 2 * PAD_X
-            w = max(w, 34.0)
-            rects[k] = QRectF(col_x[d], line[k] * (NODE_H + ROW_GAP), w, NODE_H)
-
-        # depth captions above the columns
-        for d in range(max_depth + 1):
+        lay = layout(ev, QFontMetricsF(theme.mono_font(9.5)), qs, extra)
+        for d, x in enumerate(lay.col_x):                  # depth captions above the columns
             cap = QGraphicsSimpleTextItem("root" if d == 0 else f"d{d}")
             cap.setBrush(QColor(theme.MUTED))
             cap.setFont(theme.ui_font(8))
-            cap.setPos(col_x[d] + 2, -20)
+            cap.setPos(x + 2, -20)
             self.scene.addItem(cap)
+        self._edges(ev, lay, extra)                        # first, so nodes paint over them
+        self._nodes(ev, lay, qs, extra)
+        self.select_row(self._selected_row)
 
-        # edges first, so nodes paint over them
-        for parent, kids in children.items():
+    def _edges(self, ev: WindowEvent, lay: TreeLayout, extra: tuple[str, str] | None) -> None:
+        on_path = set(ev.accepted_path)
+        for parent, kids in lay.children.items():
             for c in kids:
-                a, b = rects[parent], rects[c]
+                a, b = lay.rects[parent], lay.rects[c]
                 path = QPainterPath(QPointF(a.right(), a.center().y()))
                 mx = (a.right() + b.left()) / 2
                 path.cubicTo(QPointF(mx, a.center().y()), QPointF(mx, b.center().y()),
                              QPointF(b.left(), b.center().y()))
-                hot = (c in on_path and (parent == -1 or parent in on_path)) or c == EXTRA_ID
-                if c == EXTRA_ID:
+                hot = (c in on_path and (parent == -1 or parent in on_path)) or c == lay.extra_id
+                if c == lay.extra_id:
                     color = theme.OUTCOME_COLOR.get(extra[1], theme.TEXT)
                 else:
                     color = theme.GREEN if hot else theme.BORDER
                 pen = QPen(QColor(color), 2.2 if hot else 1.2)
-                if c == EXTRA_ID:
+                if c == lay.extra_id:
                     pen.setStyle(Qt.PenStyle.DashLine)
                 item = QGraphicsPathItem(path)
                 item.setPen(pen)
                 self.scene.addItem(item)
 
-        def add(k: int, label: str, role: str, color: str, *, bold=False, dashed=False, path=False,
-                row=-1, tip="", q=None):
+    def _nodes(self, ev: WindowEvent, lay: TreeLayout, qs: dict[int, float | None],
+               extra: tuple[str, str] | None) -> None:
+        on_path = set(ev.accepted_path)
+
+        def add(k: int, role: str, color: str, *, bold=False, dashed=False, path=False, row=-1, tip="", q=None):
             fill = theme.tint(color, 0.30 if path or dashed else 0.16)
-            it = _Node(rects[k], label, color, fill, bold=bold, dashed=dashed, on_path=path,
+            it = _Node(lay.rects[k], lay.labels[k], color, fill, bold=bold, dashed=dashed, on_path=path,
                        row=row, on_click=self.row_selected.emit)
             it.setToolTip(tip)
             self.scene.addItem(it)
             self._items.append(it)
-            node_id = -1 if k == -1 else (-2 if k == EXTRA_ID else k)
-            self._states.append(NodeState(node_id, label, role, color, path, q))
+            node_id = -1 if k == -1 else (-2 if k == lay.extra_id else k)
+            self._states.append(NodeState(node_id, lay.labels[k], role, color, path, q))
 
-        add(-1, labels[-1], ROOT, theme.TEXT, bold=True, path=True, row=0,
-            tip=self._root_tip(ev))
-        for i in range(n):
-            role = roles[i]
-            add(i, labels[i], role, theme.OUTCOME_COLOR.get(role, theme.GREY), path=i in on_path,
+        add(-1, ROOT, theme.TEXT, bold=True, path=True, row=0, tip=self._root_tip(ev))
+        for i, role in enumerate(node_roles(ev)):
+            add(i, role, theme.OUTCOME_COLOR.get(role, theme.GREY), path=i in on_path,
                 row=i + 1, tip=self._node_tip(ev, i, role), q=qs[i])
         if extra is not None:
             kind = extra[1]
-            color = theme.OUTCOME_COLOR.get(kind, theme.TEXT)
-            add(EXTRA_ID, labels[EXTRA_ID], kind, color, dashed=True, path=True,
+            add(lay.extra_id, kind, theme.OUTCOME_COLOR.get(kind, theme.TEXT), dashed=True, path=True,
                 tip=f"<b>{html.escape(visible(extra[0]))}</b><br>{theme.KIND_LABEL.get(kind, kind)}: "
                     "the target's own token at the end of the accepted path")
-        self.select_row(self._selected_row)
 
     @staticmethod
     def _root_tip(ev: WindowEvent) -> str:
