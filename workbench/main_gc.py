@@ -17,8 +17,9 @@ class _MainThreadGC(QObject):
     collects instead, by the interpreter's own thresholds (as pyqtgraph.util.GarbageCollector).
 
     CPython's cyclic collector runs in the thread whose allocation crosses the threshold, and
-    collects every thread's garbage there. A worker allocates a lot (a model load builds ~50,000
-    merge tuples; a run, objects every window), so a collection often starts on the worker, and
+    collects every thread's garbage there. A worker allocates a lot (a model load builds the
+    tokenizer's merges: BENCHMARKS.md, "Workbench timings (moved from code comments)"; a run,
+    objects every window), so a collection often starts on the worker, and
     the garbage it frees includes Qt wrappers the main thread left in reference cycles (pyqtgraph
     items, closed windows and their docks): their C++ objects were then destroyed on the worker
     thread while the main thread, which runs whenever the collection lets go of the GIL, painted

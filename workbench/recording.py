@@ -35,7 +35,9 @@ from workbench.store import EventStore
 FORMAT_VERSION = 1
 
 
-MAX_BYTES = 128 << 20      # a long detailed session is tens of MB (JSON grows ~10x in memory)
+# room for a long detailed session, and for what parsing it costs in memory (the sizes: BENCHMARKS.md,
+# "Workbench timings (moved from code comments)")
+MAX_BYTES = 128 << 20
 MAX_NODES = 4096           # draft nodes in one window (a pass holds at most 64 rows)
 MAX_LIST = 1 << 16         # any other list in an event (emitted tokens, penalty history)
 
