@@ -132,6 +132,11 @@ def test_tiny_bench_reports_every_field(cpu_runtime, hf_model, tmp_path, monkeyp
     walls = [s["wall_s"] for row in data["rows"].values() for s in row["samples"]]
     assert sum(walls) <= data["bench_s"] <= elapsed + 0.01           # (bench_s: rounded to 10 ms)
     rows_ = data["rows"]
+    # greedy: each of our rows and transformers' generate emit plain decoding's tokens
+    # (read from the samples here, not from the bench's own identity checks)
+    plain_tokens = rows_["ours-ar"]["samples"][0]["tokens"]
+    for name in ("ours-lookup", "ours-tree", "ours-adaptive", "transformers-greedy"):
+        assert rows_[name]["samples"][0]["tokens"] == plain_tokens, name
     # plain decoding: one token per forward pass, in every engine (counts are real, not assumed)
     assert rows_["ours-ar"]["tokens_per_pass"]["median"] == 1.0
     assert rows_["transformers-greedy"]["tokens_per_pass"]["median"] == 1.0

@@ -1,27 +1,51 @@
-"""Workloads: the bundled code-edit and Spec-Bench files, a user's .jsonl, and the errors."""
+"""Workloads: the bundled code-edit and Spec-Bench files, a user's .jsonl, and the errors.
+
+The loader is checked against the raw files, found and parsed here (json, line by line), not
+against rows the module itself reads; the repo's copies are checked against ../shared/workloads
+where that folder exists."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from engine.errors import ParameterError
-from engine.io.workloads import (SPECBENCH_FILE, code_edit_rows, load_workload, read_jsonl,
-                                 specbench_rows)
+from engine.io.workloads import code_edit_rows, load_workload, read_jsonl, specbench_rows
+
+ROOT = Path(__file__).resolve().parents[3]
+BUNDLED = ROOT / "assets" / "workloads"
+SHARED = ROOT.parent / "shared" / "workloads"
+FILES = ("code_edit_prompts.jsonl", "specbench_questions.jsonl")
+
+
+def raw_rows(name: str) -> list[dict]:
+    lines = (BUNDLED / name).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_bundled_workloads_are_the_shared_files(name):
+    if not (SHARED / name).exists():
+        pytest.skip("no ../shared/workloads beside this checkout")
+    assert (BUNDLED / name).read_bytes() == (SHARED / name).read_bytes()
 
 
 def test_code_edit_is_the_five_bundled_prompts():
     code = load_workload("code-edit")
-    assert [p.id for p in code] == [r["id"] for r in code_edit_rows()]
-    assert len(code) == 5 and code[0].id == "p0_textwrap_dedent" and code[0].category == "code-edit"
+    raw = raw_rows("code_edit_prompts.jsonl")
+    assert len(raw) == 5 and code_edit_rows() == raw
+    assert [(p.id, p.category, list(p.messages)) for p in code] == [
+        (r["id"], "code-edit", r["messages"]) for r in raw]
+    assert code[0].id == "p0_textwrap_dedent"
     assert code[0].messages[0]["role"] == "user" and "dedent" in code[0].messages[0]["content"]
-    assert [p.id for p in load_workload("code-edit", limit=2)] == [p.id for p in code[:2]]
+    assert [p.id for p in load_workload("code-edit", limit=2)] == [r["id"] for r in raw[:2]]
 
 
 def test_specbench_takes_the_first_questions_of_each_category_in_order():
-    with open(SPECBENCH_FILE) as f:
-        rows = [json.loads(line) for line in f]
+    rows = raw_rows("specbench_questions.jsonl")
+    assert len(rows) == 480
     qa = [r for r in rows if r["category"] == "qa"]
     coding = [r for r in rows if r["category"] == "coding"]
     spec = load_workload("specbench:qa, coding", per_category=2)
