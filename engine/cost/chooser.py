@@ -40,7 +40,8 @@ window (its propose time) as the overhead is, so a draft priced from a reference
 probe is corrected after one window. The n-gram drafters' propose time stays in the overhead.
 A drafter none of whose windows could beat plain decoding even with every draft accepted is not
 priced again for HOLD windows (an early exit of 28 of 30 layers on a GPU: the verdict is the
-same every window, and pricing it each time cost ~5% of a plain step's time).
+same every window, and pricing it each time cost a noticeable share of a plain step: BENCHMARKS.md,
+"Speculation and tuning timings (moved from code comments)").
 """
 
 from __future__ import annotations

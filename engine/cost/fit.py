@@ -10,7 +10,8 @@ then grows with a compute-bound slope. `CostFit` holds that curve:
                  = flat_ms + slope_ms_per_row * max(0, R - knee_rows)
 
 Why the separate one-row point: on GPUs one row runs the BLAS GEMV path and 2+ rows the GEMM
-path, and the jump is large (H200, SmolLM2 shape: 1.37 ms for 1 row, ~2.5 ms for 2..64 rows).
+path, and the jump is large (about 2x on the H200: BENCHMARKS.md, "Speculation and tuning
+timings (moved from code comments)").
 Folding row 1 into the hinge would either make plain decoding look as dear as a window (and the
 chooser would speculate where it loses) or make every window look cheaper than it is. ms(1) is
 exactly the plain-decode cost every speculative window is compared against, so it is the one

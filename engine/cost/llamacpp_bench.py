@@ -9,7 +9,8 @@ k tokens. So
 gives the pass cost by rows at context depth CTX (the pp tests), and one plain decode step (the
 tg test: its time over its tokens). Row 1 of the profile is the tg step when the JSON has one
 (plain decoding is what the user compares against, and on a GPU llama.cpp's 1-token pp pass is
-dearer than its tg step: H200, 8B-like Q4_K_M, 4.56 ms against 3.74), the 1-token pp pass
+dearer than its tg step: BENCHMARKS.md, "Speculation and tuning timings (moved from code
+comments)"), the 1-token pp pass
 otherwise; both are kept in the profile's extra fields. The curve is fitted as ours is
 (engine.cost.fit) and saved as a profile of its own: engine "llama.cpp", its build and commit as
 llama-bench reports them, the backend, the model file.

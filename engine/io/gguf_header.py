@@ -1,9 +1,10 @@
 """GGUF headers: metadata and tensor infos read with `struct`; the tensor data stays mapped.
 
 gguf.GGUFReader builds a numpy memmap view for every element of every metadata array, so the
-49,152 tokens and 48,900 merges of the bundled SmolLM2 file take ~2.1 s to parse on a 2-core
-CPU. The format is small (ggml docs/gguf.md: magic, version, counts, key/value pairs, tensor
-infos, aligned data), so it is read here in ~0.1 s, taking only gguf's type tables. The file is
+49,152 tokens and 48,900 merges of the bundled SmolLM2 file take seconds to parse. The format is
+small (ggml docs/gguf.md: magic, version, counts, key/value pairs, tensor infos, aligned data),
+so it is read here with `struct`, about 20x faster (BENCHMARKS.md, "Speculation and tuning
+timings (moved from code comments)"), taking only gguf's type tables. The file is
 untrusted: every count, length and offset is checked against the file before use.
 """
 

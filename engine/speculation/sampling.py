@@ -127,7 +127,8 @@ def penalize_rows(logits: torch.Tensor, histories: Sequence[Sequence[int]],
     if min(toks) < 0 or max(toks) >= vocab:
         raise ValueError(f"history token out of range for a vocabulary of {vocab}")
     dev = logits.device
-    # np.array from a list of ints is ~8x faster than torch.tensor(list) for ~1,600 entries
+    # np.array from a list of ints is much faster than torch.tensor(list) here (BENCHMARKS.md,
+    # "Speculation and tuning timings (moved from code comments)")
     ri = torch.from_numpy(np.array(rows, dtype=np.int64)).to(dev)
     ti = torch.from_numpy(np.array(toks, dtype=np.int64)).to(dev)
     cnt = torch.from_numpy(np.array(counts, dtype=np.float32)).to(dev)
@@ -186,8 +187,9 @@ def _top_p_keep(scores: torch.Tensor, top_p: float) -> torch.Tensor:
 
     transformers sorts each row ascending and drops the entries whose ascending cumulative mass
     is <= 1 - top_p: the same set, since that mass is 1 - (mass strictly above). A full sort of
-    25 x 49k entries costs ~100 ms on CPU, so we take the top k with a growing k until every
-    row's cut falls inside it (LM rows are peaked: k = 64 almost always suffices).
+    25 x 49k entries is slow on a CPU (BENCHMARKS.md, "Speculation and tuning timings (moved from
+    code comments)"), so we take the top k with a growing k until every row's cut falls inside it
+    (LM rows are peaked: k = 64 almost always suffices).
     """
     shape = scores.shape
     vocab = shape[-1]

@@ -80,8 +80,9 @@ class DecodeSettings:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values for JSON: the sampler's fields nested under "sampling". A fresh dict
-        each call, built once per settings object (every window's event carries one; asdict's
-        recursion cost ~0.1 ms a window)."""
+        each call, built once per settings object (every window's event carries one, and asdict's
+        recursion is not free: BENCHMARKS.md, "Speculation and tuning timings (moved from code
+        comments)")."""
         d = self.__dict__.get("_dict")
         if d is None:
             d = asdict(self)

@@ -143,8 +143,9 @@ def plain_tok_s(profile: CostProfile) -> float:
 
 def pass_ms(profile: CostProfile):
     """ms of a pass of R rows on `profile`: its measured points, linear between them (llama.cpp's
-    curve has steps a single hinge smooths over: H200, 8B-like, 8 and 16 rows both 8.9 ms, 4 rows
-    6.2), the fit's slope past the last one; the fit where nothing was measured."""
+    curve has steps a single hinge smooths over: BENCHMARKS.md, "Speculation and tuning timings
+    (moved from code comments)"), the fit's slope past the last one; the fit where nothing was
+    measured."""
     pts = sorted(profile.points)
     if len(pts) < 2:
         return profile.ms
