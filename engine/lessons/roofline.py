@@ -44,21 +44,7 @@ def knee(ctx: LessonContext) -> LessonResult:
         Comparison(f"{KNEE_PASS_ROWS} tokens as {KNEE_PASS_ROWS} decode steps", S.RX9070_STEPS_24_MS, steps24, "ms"),
         Comparison("steps' cost ÷ one pass's", S.RX9070_STEPS_24_MS / S.RX9070_PASS_24_MS, steps24 / pass24, "x"),
     )
-    if f.knee_rows is None:
-        why = (f"On this card a pass stays flat up to the {max(probed)} rows probed: {ctx.model} is far "
-               "smaller than a 9B model, so streaming its weights never waits on the rows' arithmetic "
-               "within that range, and the knee lies past what was measured.")
-    elif f.knee_rows < 4:
-        why = (f"This card has almost no flat part: each extra row adds {fmt(f.slope_ms_per_row)} ms to a "
-               f"{fmt(one)} ms step, because here the pass is bound by arithmetic from the first rows "
-               "(a CPU's compute is small next to its memory bandwidth), not by the weight stream that "
-               "makes rows free on a 640 GB/s card running a 9B model.")
-    else:
-        why = (f"The knee sits where this card's per-row compute ({fmt(f.slope_ms_per_row)} ms) catches "
-               f"up with its {fmt(f.flat_ms)} ms flat cost; that ratio depends on the card's compute "
-               f"against its bandwidth and on the model's size, so it is not the 9070 XT's 24")
-        why += (f", and one row runs a faster one-row path here ({fmt(one)} ms against {fmt(f.flat_ms)}), "
-                f"so even two rows cost {fmt(f.flat_ms / one)} steps." if one < 0.8 * f.flat_ms else ".")
+    why = _knee_why(ctx, prof)
     pts = ", ".join(f"{r}: {fmt(ms)}" for r, ms in prof.points)
     caption = (f"Median ms of one verify pass against its rows on this card ({pts}), the fitted "
                "flat-then-linear curve, and seed 000's RX 9070 XT roofline. Up to the knee extra "
@@ -73,6 +59,28 @@ def knee(ctx: LessonContext) -> LessonResult:
         device=ctx.device, model=ctx.model, budget=ctx.budget.label,
         settings={"probe context": prof.context, "repeats": prof.extra.get("repeats")},
         data={"profile": prof})
+
+
+def _knee_why(ctx: LessonContext, prof: CostProfile) -> str:
+    """Why this card's knee is not the RX 9070 XT's, in the lesson's words."""
+    f, one = prof.fit, prof.fit.one_row_ms
+    if f.knee_rows is None:
+        top = max(r for r, _ in prof.points)
+        why = (f"On this card a pass stays flat up to the {top} rows probed: {ctx.model} is far "
+               "smaller than a 9B model, so streaming its weights never waits on the rows' arithmetic "
+               "within that range, and the knee lies past what was measured.")
+    elif f.knee_rows < 4:
+        why = (f"This card has almost no flat part: each extra row adds {fmt(f.slope_ms_per_row)} ms to a "
+               f"{fmt(one)} ms step, because here the pass is bound by arithmetic from the first rows "
+               "(a CPU's compute is small next to its memory bandwidth), not by the weight stream that "
+               "makes rows free on a 640 GB/s card running a 9B model.")
+    else:
+        why = (f"The knee sits where this card's per-row compute ({fmt(f.slope_ms_per_row)} ms) catches "
+               f"up with its {fmt(f.flat_ms)} ms flat cost; that ratio depends on the card's compute "
+               f"against its bandwidth and on the model's size, so it is not the 9070 XT's 24")
+        why += (f", and one row runs a faster one-row path here ({fmt(one)} ms against {fmt(f.flat_ms)}), "
+                f"so even two rows cost {fmt(f.flat_ms / one)} steps." if one < 0.8 * f.flat_ms else ".")
+    return why
 
 
 ROW_COST_ROWS = tuple(range(1, 9))     # the seed's fits hold up to 8 rows
@@ -138,14 +146,7 @@ def row_cost(ctx: LessonContext) -> LessonResult:
                    write_up_text=(f"hipfire picks per window (default {S.MTP_DEFAULT_DEPTH}); our chooser "
                                   f"on their fits: {d_halo} Halo, {d_r9700} R9700")),
     )
-    ratio = b / a if a > 0 else float("nan")
-    why = (f"Here an extra row costs {fmt(ratio)} of a plain step ({fmt(b)} of {fmt(a)} ms), against "
-           f"{S.HALO_MS_PER_ROW / S.HALO_BASE_MS:.2f} on Strix Halo and {S.R9700_MS_PER_ROW / S.R9700_BASE_MS:.2f} "
-           f"on the R9700: the ratio is the card's arithmetic against its weight stream for this model "
-           f"({ctx.model} here, Flash-Next there), and the dearer the row, the shallower the chooser drafts")
-    jump = prof.ms(2) / prof.ms(1)
-    why += (f"; the first extra row costs more than the fit says ({fmt(jump)} steps for two rows: one row "
-            "runs its own faster path), which a straight line smooths over." if jump > 1 + 1.5 * b / a else ".")
+    why = _row_cost_why(ctx, prof, a, b)
     caption = ("Left: a window's cost in plain steps, i.e. the tokens it must emit to tie plain "
                "decoding, for 1 to 8 verify rows, on this card and the two cards of seed 002. "
                "Right: the depth the decoder's cost-aware chooser picks on each card's curve for a "
@@ -159,3 +160,16 @@ def row_cost(ctx: LessonContext) -> LessonResult:
         device=ctx.device, model=ctx.model, budget=ctx.budget.label,
         settings={"profile": prof.id, "profile source": prof.source},
         data={"profile": prof, "fit": (a, b), "chooser": {"alphas": ALPHAS, "here": mine, **depths}})
+
+
+def _row_cost_why(ctx: LessonContext, prof: CostProfile, a: float, b: float) -> str:
+    """Why an extra row costs what it does here, against seed 002's cards."""
+    ratio = b / a if a > 0 else float("nan")
+    why = (f"Here an extra row costs {fmt(ratio)} of a plain step ({fmt(b)} of {fmt(a)} ms), against "
+           f"{S.HALO_MS_PER_ROW / S.HALO_BASE_MS:.2f} on Strix Halo and {S.R9700_MS_PER_ROW / S.R9700_BASE_MS:.2f} "
+           f"on the R9700: the ratio is the card's arithmetic against its weight stream for this model "
+           f"({ctx.model} here, Flash-Next there), and the dearer the row, the shallower the chooser drafts")
+    jump = prof.ms(2) / prof.ms(1)
+    why += (f"; the first extra row costs more than the fit says ({fmt(jump)} steps for two rows: one row "
+            "runs its own faster path), which a straight line smooths over." if jump > 1 + 1.5 * b / a else ".")
+    return why
