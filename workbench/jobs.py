@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.speculation.events import RunHeader, RunReport
 from engine.speculation.settings import DecodeSettings
 
 from workbench.worker import JobContext, JobStopped
@@ -22,7 +23,7 @@ from workbench.worker import JobContext, JobStopped
 @dataclass(frozen=True)
 class RunStarted:
     """Noted once a run's decoder is built: the header a recording keeps."""
-    header: dict[str, Any]
+    header: RunHeader
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,19 @@ def unpaused_event(ev, paused_s: float):
     return replace(ev, stats=replace(st, elapsed_s=elapsed, tok_s=st.new_tokens / elapsed))
 
 
-def unpaused_report(report: dict, paused_s: float) -> dict:
-    """The report's wall_s and tok_s without the paused time (as unpaused_event)."""
-    if paused_s > 0 and report.get("wall_s"):
-        wall = max(1e-9, report["wall_s"] - paused_s)
-        report = {**report, "wall_s": round(wall, 4), "paused_s": round(paused_s, 4),
-                  "tok_s": round(report["new_tokens"] / wall, 3)}
-    return report
+def final_report(report: RunReport, paused_s: float, cut: str) -> dict:
+    """The run's report as the window keeps it: its finish_reason the decoder's, else `cut` (the
+    worker, not the decoder, ended the run); its wall_s and tok_s without the time the run was
+    held paused (as unpaused_event), which it adds as paused_s."""
+    paused = paused_s > 0 and bool(report.wall_s)
+    changes: dict[str, Any] = {"finish_reason": report.finish_reason or cut}
+    if paused:
+        wall = max(1e-9, report.wall_s - paused_s)
+        changes.update(wall_s=round(wall, 4), tok_s=round(report.new_tokens / wall, 3))
+    d = replace(report, **changes).to_dict()
+    if paused:
+        d["paused_s"] = round(paused_s, 4)
+    return d
 
 
 def live_run(host, prompt: Any, settings: DecodeSettings, controls: queue.Queue, *, probe: bool,
@@ -62,7 +69,7 @@ def live_run(host, prompt: Any, settings: DecodeSettings, controls: queue.Queue,
         from engine.session import draft_opener
         from engine.speculation.decoder import Decoder
 
-        from workbench.host import activation_dtype, model_name
+        from workbench.host import activation_dtype
         spec = host.spec
         if spec not in host.profiles:
             if probe:
@@ -82,10 +89,7 @@ def live_run(host, prompt: Any, settings: DecodeSettings, controls: queue.Queue,
                          "and probing is off", 1.0)
         ids = encode_prompt(rt.tokenizer, prompt)
         dec = Decoder(rt, ids, s, controls=controls, stop=ctx.stop, open_model=draft_opener(rt))
-        ctx.note(RunStarted({"settings": s.to_dict(), "model": model_name(rt), "device": rt.device_name,
-                             "dtype": rt.dtype_name, "weights": rt.weights_label,
-                             "activation_dtype": activation_dtype(rt), "prompt": prompt,
-                             "prompt_tokens": len(ids)}))
+        ctx.note(RunStarted(replace(dec.run_header(prompt), activation_dtype=activation_dtype(rt))))
         ctx.state("running")
         gen = dec.windows()
         cut, n = "", 0
@@ -100,10 +104,7 @@ def live_run(host, prompt: Any, settings: DecodeSettings, controls: queue.Queue,
             cut = "stopped"
         finally:
             gen.close()
-        report = unpaused_report(dec.report(), ctx.paused_s)
-        if cut and not report.get("finish_reason"):
-            report["finish_reason"] = cut        # the worker, not the decoder, ended the run
-        return report
+        return final_report(dec.run_report(), ctx.paused_s, cut)
     return body
 
 

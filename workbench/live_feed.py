@@ -6,7 +6,9 @@ current run's signals only, on the main thread.
 
 from __future__ import annotations
 
-from engine.speculation.events import WindowEvent
+from dataclasses import replace
+
+from engine.speculation.events import RunHeader, WindowEvent
 from engine.speculation.settings import DecodeSettings
 
 # a failed run's banner title, by the kind of failure (workbench.worker)
@@ -46,12 +48,13 @@ class LiveFeed:
         win.stats.set_ar_ms(profile.ms(1) if profile is not None else None)
         win.presenter.mark()
 
-    def on_started(self, header: dict) -> None:
+    def on_started(self, header: RunHeader) -> None:
+        """The header a recording of the run keeps, with the card profile that prices it."""
         win = self.win
-        win.store.header = dict(header)
         if win.card_profile is not None and hasattr(win.card_profile, "to_dict"):
-            win.store.header["card_profile"] = win.card_profile.to_dict()
-        win.status.tokens(0, header["settings"]["max_new_tokens"])
+            header = replace(header, card_profile=win.card_profile.to_dict())
+        win.store.header = header.to_dict()
+        win.status.tokens(0, header.settings["max_new_tokens"])
 
     def on_window(self, ev: WindowEvent) -> None:
         win = self.win

@@ -24,7 +24,7 @@ from workbench.worker import GeneratorWorker, Job, RuntimeSpec
 
 class RunController(QObject):
     state_changed = Signal(str)
-    started = Signal(object)        # header dict (settings, model, device, prompt)
+    started = Signal(object)        # engine.speculation.events.RunHeader
     window = Signal(object)         # WindowEvent
     finished = Signal(object)       # report dict
     failed = Signal(str, str)       # message, kind (model | parameter | memory | internal)

@@ -157,11 +157,13 @@ class RunHeader:
     prompt: Any = None                   # the text, or a list of chat messages
     prompt_tokens: int = 0
     card_profile: dict[str, Any] | None = None
+    activation_dtype: str | None = None  # what the matmuls compute in, where the writer knows it
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        if d["card_profile"] is None:
-            del d["card_profile"]
+        for optional in ("card_profile", "activation_dtype"):
+            if d[optional] is None:
+                del d[optional]
         return d
 
     @classmethod

@@ -121,18 +121,54 @@ def test_a_live_run_reports_in_order(qtbot, cpu_spec, cpu_host):
     from workbench.jobs import ProfileReady, live_run
     from workbench.worker import GeneratorWorker, Job
 
+    from engine.io.prompts import encode_prompt
+    from engine.speculation.events import RunHeader
+    from workbench.host import activation_dtype
+
     cpu_host.profiles[cpu_spec] = profile = cpu_like_profile(cpu_host.rt)     # the card's, known
     worker = GeneratorWorker(cpu_host)
-    body = live_run(cpu_host, "def f(x):\n    return x\n\ndef f(x):\n", dataclasses.replace(SMALL, max_new_tokens=6),
-                    queue.Queue(), probe=False, max_windows=2)
+    prompt, settings = "def f(x):\n    return x\n\ndef f(x):\n", dataclasses.replace(SMALL, max_new_tokens=6)
+    rt = cpu_host.rt
+    header = RunHeader(settings.to_dict(), "SmolLM2-135M-Instruct.Q4_1.gguf", rt.device_name, rt.dtype_name,
+                       rt.weights_label, prompt, len(encode_prompt(rt.tokenizer, prompt)),
+                       activation_dtype=activation_dtype(rt))
+    body = live_run(cpu_host, prompt, settings, queue.Queue(), probe=False, max_windows=2)
     with qtbot.waitSignals([worker.runtime_ready, worker.state_changed, worker.noted, worker.noted,
                             worker.yielded, worker.yielded, worker.returned, worker.state_changed],
                            order="strict", timeout=60_000,
                            check_params_cbs=[None, lambda _id, s: s == "running",
                                              lambda _id, v: isinstance(v, ProfileReady) and v.profile is profile,
-                                             lambda _id, v: isinstance(v, RunStarted),
+                                             lambda _id, v: isinstance(v, RunStarted) and v.header == header,
                                              lambda _id, ev: ev.index == 0, lambda _id, ev: ev.index == 1,
                                              lambda _id, r: r["finish_reason"] in ("windows", "length", "eos"),
                                              lambda _id, s: s == "idle"]):
         worker.submit(Job(cpu_spec, body))
     assert worker.shutdown(5000)
+
+
+def test_the_final_report_takes_the_workers_reason_and_leaves_pauses_out(cpu_runtime):
+    """workbench.jobs.final_report on a real decoder's report: the decoder's finish_reason kept,
+    else the worker's cut; the paused time out of wall_s and tok_s, and said as paused_s."""
+    from engine.io.prompts import encode_prompt
+    from engine.speculation.decoder import Decoder
+    from workbench.jobs import final_report
+
+    dec = Decoder(cpu_runtime, encode_prompt(cpu_runtime.tokenizer, "def f(x):\n    return x\n\n" * 2),
+                  dataclasses.replace(SMALL, max_new_tokens=40))
+    gen = dec.windows()
+    next(gen)                                 # one window, then the worker cuts the run
+    gen.close()
+    rep = dec.run_report()
+    assert rep.finish_reason == "" and rep.wall_s > 0
+    as_is = final_report(rep, 0.0, "")
+    assert as_is == rep.to_dict()
+    cut = final_report(rep, 0.0, "windows")
+    assert cut == {**rep.to_dict(), "finish_reason": "windows"}
+    paused_s = rep.wall_s / 2
+    held = final_report(rep, paused_s, "stopped")
+    wall = round(rep.wall_s - paused_s, 4)
+    assert list(held) == list(rep.to_dict()) + ["paused_s"]
+    assert held == {**rep.to_dict(), "finish_reason": "stopped", "wall_s": wall, "paused_s": round(paused_s, 4),
+                    "tok_s": round(rep.new_tokens / (rep.wall_s - paused_s), 3)}
+    done = dataclasses.replace(rep, finish_reason="length")
+    assert final_report(done, 0.0, "stopped")["finish_reason"] == "length"     # the decoder's word first

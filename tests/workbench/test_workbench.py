@@ -162,10 +162,30 @@ def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
     assert len(store) >= 2
     assert any(ev.tokens for ev in store.events), "the copy-heavy prompt should produce drafts"
     assert store.header["settings"] == SMALL.to_dict()
+    # the header is the run's: its prompt, counted as the model counts it, and the model's dtypes
+    from engine.io.prompts import encode_prompt
+    from engine.speculation.events import RunHeader
+    head = RunHeader.from_dict(store.header)
+    assert head.prompt == PROMPT and head.prompt_tokens == len(encode_prompt(cpu_runtime.tokenizer, PROMPT))
+    from workbench.host import activation_dtype
+    assert (head.device, head.dtype, head.activation_dtype) == (cpu_runtime.device_name, "float32",
+                                                                 activation_dtype(cpu_runtime))
+    assert store.events[0].committed_len == head.prompt_tokens
+    from workbench.tokens import visible
+    from workbench.views.tree import extra_token
+    from workbench.views.tree_layout import LABEL_LIMIT
     for idx, ev in enumerate(store.events):
         show(win, idx)
         states = win.tree.node_states()
         by_node = {s.node: s for s in states}
+        # one node per draft token, the root, and the target's own token if it added one; each
+        # labelled with its token's text
+        extra = extra_token(ev)
+        assert len(states) == len(by_node) == 1 + len(ev.tokens) + (extra is not None)
+        assert by_node[-1].label == visible(ev.root_text, LABEL_LIMIT)
+        assert [by_node[i].label for i in range(len(ev.tokens))] == [visible(t, LABEL_LIMIT) for t in ev.texts]
+        if extra is not None:
+            assert (by_node[-2].label, by_node[-2].role) == (visible(extra[0], LABEL_LIMIT), extra[1])
         assert by_node[-1].role == "root" and by_node[-1].on_path
         for i in range(len(ev.tokens)):
             s = by_node[i]
@@ -187,6 +207,10 @@ def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
         assert win.rows.model.rowCount() == len(ev.rows) == len(ev.tokens) + 1
         for r, row in enumerate(ev.rows):
             assert win.rows.model.index(r, 0).data() == str(row.row)
+            assert win.rows.model.index(r, 1).data() == str(row.depth)
+            assert win.rows.model.index(r, 2).data() == ("" if row.draft_token is None
+                                                          else visible(row.draft_text, 24))
+            assert win.rows.model.index(r, 3).data() == visible(row.target_text, 24)
             assert win.rows.model.index(r, 7).data().startswith(
                 {"root": "root", "accepted": "accepted", "rejected": "rejected",
                  "not_reached": "not reached"}[row.outcome])
