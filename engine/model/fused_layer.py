@@ -23,22 +23,19 @@ comparisons). Imported lazily: it imports Triton.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from engine.model.attention import WindowLayout, gqa_bias, sdpa_gqa
 from engine.model.cache import KVCache
+from engine.model.layer import Layer, LayerStack
 from engine.weights import PackedWeight
-
-if TYPE_CHECKING:
-    from engine.model.transformer import Transformer
 
 DENSE_PREFILL_ROWS = 32
 
 
-def fused_forward_for(model: "Transformer") -> "FusedForward | None":
+def fused_forward_for(model: LayerStack) -> "FusedForward | None":
     """The fused forward of `model`, or None where it does not apply (a CPU, dense weights, a
     type without a Triton kernel, no Triton, SPECSCOPE_FUSED=0)."""
     if model.device.type != "cuda" or os.environ.get("SPECSCOPE_FUSED", "1") == "0":
@@ -51,7 +48,7 @@ def fused_forward_for(model: "Transformer") -> "FusedForward | None":
     return FusedForward(model) if fusable(model) else None
 
 
-def fusable(model: "Transformer") -> bool:
+def fusable(model: LayerStack) -> bool:
     """Every layer's qkv is one or two packed parts split at a head boundary; o, gate|up and
     down are one packed part each, of types the Triton kernels take; head size a power of 2."""
     from engine.kernels.triton_kernels import SUPPORTED_QTYPES
@@ -66,9 +63,9 @@ def fusable(model: "Transformer") -> bool:
                 and all(isinstance(p, PackedWeight) and p.qtype in SUPPORTED_QTYPES for p in parts))
 
     for L in model.layers:
-        if not (ok(L["qkv"], 2) and ok(L["o"]) and ok(L["gate_up"]) and ok(L["down"])):
+        if not (ok(L.qkv, 2) and ok(L.o) and ok(L.gate_up) and ok(L.down)):
             return False
-        if L["qkv"].parts[0].shape[0] % D:
+        if L.qkv.parts[0].shape[0] % D:
             return False
     return True
 
@@ -78,11 +75,11 @@ class FusedForward:
     gate|up rows for the SwiGLU epilogue (engine.kernels.triton_kernels.packed_swiglu), in
     place: from then on the model's forward must go through this object."""
 
-    def __init__(self, model: "Transformer"):
+    def __init__(self, model: LayerStack):
         from engine.kernels.triton_kernels import swiglu_block
         self.model = model
         for L in model.layers:
-            lin = L["gate_up"]
+            lin = L.gate_up
             w = lin.parts[0]
             hb = swiglu_block(w, model.device)
             half = w.shape[0] // 2
@@ -124,16 +121,16 @@ class FusedForward:
     def _dense_ok(self) -> bool:
         from engine.kernels.triton_unpack import DENSE_TYPES
         return all(p.qtype in DENSE_TYPES for L in self.model.layers
-                   for k in ("qkv", "o", "gate_up", "down") for p in L[k].parts)
+                   for lin in L.linears() for p in lin.parts)
 
-    def _qkv_rope(self, L: dict, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
+    def _qkv_rope(self, L: Layer, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor,
                   positions: torch.Tensor, slots: torch.Tensor, dense: bool) -> None:
         from engine.kernels.triton_fused import qkv_rope
         m = self.model
-        lin = L["qkv"]
+        lin = L.qkv
         wa = self._partials(h, lin.parts[0], dense)
         wb = self._partials(h, lin.parts[1], dense) if len(lin.parts) > 1 else wa
-        qkv_rope(wa, wb, lin.parts[0].shape[0], lin.bias, L.get("q_norm"), L.get("k_norm"),
+        qkv_rope(wa, wb, lin.parts[0].shape[0], lin.bias, L.q_norm, L.k_norm,
                  m.cos, m.sin, positions, slots, q, kv[0], kv[1], m.cfg.rms_eps)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
@@ -152,17 +149,17 @@ class FusedForward:
         h = torch.empty_like(x)
         q = torch.empty(R, Hq, D, dtype=x.dtype, device=x.device)
         layers = m.layers[:exit_layer]
-        self._norm(None, x, h, layers[0]["attn_norm"])
+        self._norm(None, x, h, layers[0].attn_norm)
         for i, L in enumerate(layers):
             self._qkv_rope(L, h, q, cache.kv[i], positions, slots, dense)
             if attend is not None:
                 a = attend(q, cache.kv[i, 0], cache.kv[i, 1]).reshape(R, Hq * D)
             else:
                 a = sdpa_gqa(q, cache, i, bias)
-            self._norm(self._partials(a, L["o"].parts[0], dense), x, h, L["mlp_norm"])
-            act = self._swiglu(h, L["gate_up"].parts[0], L["gate_up"].swiglu_block, dense)
-            nxt = layers[i + 1]["attn_norm"] if i + 1 < len(layers) else m.norm
-            self._norm(self._partials(act, L["down"].parts[0], dense), x, h, nxt)
+            self._norm(self._partials(a, L.o.parts[0], dense), x, h, L.mlp_norm)
+            act = self._swiglu(h, L.gate_up.parts[0], L.gate_up.swiglu_block, dense)
+            nxt = layers[i + 1].attn_norm if i + 1 < len(layers) else m.norm
+            self._norm(self._partials(act, L.down.parts[0], dense), x, h, nxt)
         if last_only:
             h = h[-1:]
         return m.lm_head(h, invariant=attend is not None).float()

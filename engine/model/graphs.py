@@ -8,7 +8,7 @@ model on an H200, a replayed graph 1.4-2.5 ms. On the CPU a bucket runs the same
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -16,7 +16,18 @@ from engine.kernels.window_layout import WindowLayout, ancestor_table
 from engine.model.cache import KVCache
 
 if TYPE_CHECKING:
-    from engine.model.runtime import Runtime
+    from engine.model.transformer import Transformer
+
+
+class BucketOwner(Protocol):
+    """What a bucket reads of the runtime that owns it (engine.model.runtime.Runtime, which
+    imports this module: naming it here would close a circle)."""
+
+    device: torch.device
+    model: "Transformer"
+    forward_fn: Callable
+    _pool: Any               # the verify graphs' memory pool
+    _prefill_pool: Any       # the prefill graphs' own pool
 
 TOPK = 5    # the top-k (values, ids) of each row a pass returns on the fast path
 
@@ -59,7 +70,7 @@ class GraphBucket:
     with a mask, the [B, C] mask are derived inside the graph.
     """
 
-    def __init__(self, rt: "Runtime", cache: KVCache, rows: int, exit_layer: int | None = None):
+    def __init__(self, rt: BucketOwner, cache: KVCache, rows: int, exit_layer: int | None = None):
         C, dev, B = cache.capacity, rt.device, rows
         self.rows = B
         self.packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=dev)
@@ -122,7 +133,7 @@ class PrefillBucket:
     <= n + i; the padding rows come last, so no real row sees them, and their keys land in
     slots [n + R, n + B) past the committed length, which later tokens overwrite."""
 
-    def __init__(self, rt: "Runtime", cache: KVCache, rows: int, span: int):
+    def __init__(self, rt: BucketOwner, cache: KVCache, rows: int, span: int):
         dev, B = rt.device, rows
         self.rows, self.span = B, span
         self.packed = torch.zeros(B + 1, dtype=torch.long, device=dev)

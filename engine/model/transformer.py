@@ -22,6 +22,7 @@ from engine.weights import (CPU_FAST_TYPES, CpuInt8Blocks, PackedWeight, dequant
                             prepare_cpu_q8, qtype_of, widen_q6_k)
 from engine.model.config import ModelConfig
 from engine.model.fused_layer import fused_forward_for
+from engine.model.layer import Layer
 from engine.model.rope import rope_tables
 
 
@@ -104,22 +105,21 @@ class Transformer:
         self.embed = w("embed")                                   # [V, H]
         head = self.embed if cfg.tie_embeddings else lin("lm_head")
         self.norm = w("norm")
-        self.layers = []
+        self.layers: list[Layer] = []
         for i in range(cfg.n_layers):
             p = f"layers.{i}."
-            layer = {"attn_norm": w(p + "attn_norm")}
+            # built in the order the weights were always read (the progress callback counts them)
+            attn_norm = w(p + "attn_norm")
             bias = torch.cat([w(p + "q_bias"), w(p + "k_bias"), w(p + "v_bias")]) if cfg.qkv_bias else None
             # q, k, v fused: [(Hq + 2 Hkv) * D, H]
-            layer["qkv"] = Linear([lin(p + "q"), lin(p + "k"), lin(p + "v")], bias, kern)
-            if cfg.qk_norm:
-                layer["q_norm"] = w(p + "q_norm")
-                layer["k_norm"] = w(p + "k_norm")
-            layer["o"] = Linear([lin(p + "o")], cpu_kernels=kern)
-            layer["mlp_norm"] = w(p + "mlp_norm")
+            qkv = Linear([lin(p + "q"), lin(p + "k"), lin(p + "v")], bias, kern)
+            q_norm, k_norm = (w(p + "q_norm"), w(p + "k_norm")) if cfg.qk_norm else (None, None)
+            o = Linear([lin(p + "o")], cpu_kernels=kern)
+            mlp_norm = w(p + "mlp_norm")
             # gate and up fused: [2 I, H]
-            layer["gate_up"] = Linear([lin(p + "gate"), lin(p + "up")], cpu_kernels=kern)
-            layer["down"] = Linear([lin(p + "down")], cpu_kernels=kern)
-            self.layers.append(layer)
+            gate_up = Linear([lin(p + "gate"), lin(p + "up")], cpu_kernels=kern)
+            down = Linear([lin(p + "down")], cpu_kernels=kern)
+            self.layers.append(Layer(attn_norm, qkv, o, mlp_norm, gate_up, down, q_norm, k_norm))
         if self.cpu_fast:
             src = weights["embed" if cfg.tie_embeddings else "lm_head"]
             q8 = (head if isinstance(head, PackedWeight) else
@@ -141,8 +141,7 @@ class Transformer:
     @property
     def cpu_fast(self) -> bool:
         """Whether any layer runs on the fast CPU kernels (engine.weights.cpu_fast)."""
-        return any("cpu_fast" in v.kernels for L in self.layers for v in L.values()
-                   if isinstance(v, Linear))
+        return any("cpu_fast" in v.kernels for L in self.layers for v in L.linears())
 
     def _fast_head(self, head: torch.Tensor | PackedWeight, packed: PackedWeight | None
                    ) -> torch.Tensor | PackedWeight | CpuInt8Blocks:
@@ -244,7 +243,7 @@ class Transformer:
         if self.fused is not None:
             return self.fused.forward(tokens, positions, mask, cache, slots, last_only, layout,
                                       exit_layer)
-        if getattr(self.layers[0]["gate_up"], "swiglu_block", None):
+        if getattr(self.layers[0].gate_up, "swiglu_block", None):
             raise RuntimeError("this model's gate|up rows are interleaved for the fused forward")
         cfg = self.cfg
         R = tokens.shape[0]
@@ -262,13 +261,13 @@ class Transformer:
         if attend is None:
             bias = gqa_bias(mask, G, x.dtype)
         for i, L in enumerate(self.layers[:exit_layer]):
-            h = self._rms(x, L["attn_norm"])
-            qkv = L["qkv"](h, invariant=inv)                               # [R, (Hq+2Hkv)D]
+            h = self._rms(x, L.attn_norm)
+            qkv = L.qkv(h, invariant=inv)                               # [R, (Hq+2Hkv)D]
             qk = qkv[:, :(Hq + Hkv) * D].view(R, Hq + Hkv, D)
             v = qkv[:, (Hq + Hkv) * D:].view(R, Hkv, D)
             if cfg.qk_norm:
-                qk = torch.cat([self._rms(qk[:, :Hq], L["q_norm"]),
-                                self._rms(qk[:, Hq:], L["k_norm"])], dim=1)
+                qk = torch.cat([self._rms(qk[:, :Hq], L.q_norm),
+                                self._rms(qk[:, Hq:], L.k_norm)], dim=1)
             qk = self._rotate(qk, cos, sin)                       # [R, Hq+Hkv, D]
             k = qk[:, Hq:].transpose(0, 1)                        # [Hkv, R, D]
             cache.write(i, k, v.transpose(0, 1), slots)
@@ -277,10 +276,10 @@ class Transformer:
                 a = attend(qk[:, :Hq], kc, vc).to(x.dtype).reshape(R, Hq * D)
             else:
                 a = sdpa_gqa(qk[:, :Hq], cache, i, bias)
-            x = L["o"](a, residual=x, invariant=inv)                       # x + a @ o^T
-            h = self._rms(x, L["mlp_norm"])
-            gate, up = L["gate_up"](h, invariant=inv).chunk(2, dim=-1)
-            x = L["down"](F.silu(gate) * up, residual=x, invariant=inv)
+            x = L.o(a, residual=x, invariant=inv)                       # x + a @ o^T
+            h = self._rms(x, L.mlp_norm)
+            gate, up = L.gate_up(h, invariant=inv).chunk(2, dim=-1)
+            x = L.down(F.silu(gate) * up, residual=x, invariant=inv)
         if last_only:
             x = x[-1:]
         h = self._rms(x, self.norm)
