@@ -10,8 +10,8 @@ residual) ``tl.dot(int8, int8) -> int32`` of K = 256, no per-sub-block rescale; 
 term is one exact fp16 dot of the mins with the per-sub-block sums of x. Row invariance is
 structural there: the integer dots are exact whatever the tile shape, and every float op
 after them is elementwise, so the tile (BN, warps, 16/32/64 rows) may follow M; only the K
-split is fixed per shape. ~3.2-3.9 SASS instructions per weight, yet measured on the H200
-(28672x8192, M=1) at 175-250 us against 113 us for the dequantizing kernel: Triton 3.6
+split is fixed per shape. Fewer instructions per weight than the dequantizing kernel, yet
+measured slower than it (BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"): Triton 3.6
 stages the register-built int8 A tile through shared memory (STS + fence + LDSM every
 superblock), the scale/min loads are too narrow for cp.async (prefetched one superblock
 ahead by hand instead), and the large tiles leave 1-2 programs per SM. Kept as groundwork,

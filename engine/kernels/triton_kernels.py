@@ -45,14 +45,14 @@ into ``S`` ranges (S from the shape and SM count, not M); each program writes it
 partial sum to a workspace ``[S, M, N]`` and a second small kernel adds the S partials in the
 fixed order s = 0..S-1 and casts. Same order for every row, so still row-invariant.
 
-Status (H200, Triton 3.6, bench/bench_packed_matmul.py): correct and bitwise row-invariant for
-M = 1..64 on every type and shape, capturable in CUDA graphs, but slow: the 28672x8192 Q4_K
-matrix takes 113 us at M=1 (25% of 4.8 TB/s) and 153 us at M=32; a Qwen3-8B-like Q4_K layer
-171 us at M=1, 1.02x at M=2, 1.39x at M=32. The loop is ~4.4 instructions per weight
-(mask-and-OR, shift for every second nibble, FMA, half a cvt) yet runs ~4x slower than its
-issue bound: latency, not issue, limits it (few warps per SM, a wgmma wait after every dot,
+Status (bench/bench_packed_matmul.py; figures in BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"):
+correct and bitwise row-invariant for M = 1..64 on every type and shape, capturable in CUDA
+graphs, but well short of the memory bandwidth. The loop is a few instructions per weight
+(mask-and-OR, shift for every second nibble, FMA, half a cvt) yet runs several times slower
+than its issue bound: latency, not issue, limits it (few warps per SM, a wgmma wait after every dot,
 bank-conflicted word loads from shared memory). Q5_K/Q6_K also round-trip the dequantized
-tile through shared memory (the 5th/6th-bit merge defeats the layout propagation): ~10%.
+tile through shared memory (the 5th/6th-bit merge defeats the layout propagation), which
+costs them more.
 
 int8 path (opt-in, ``I8=1``; Q4_K with bf16/fp16 activations): integer tensor-core dots on
 activations quantized per row, measured slower than the dequantizing kernel on the H200, so
@@ -128,9 +128,9 @@ def _wave_eff(programs: int, sms: int) -> float:
 def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     sb = 2 if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
     if qtype == "Q4_K":
-        # measured best at 1 and 16 rows on every Q4_K shape of an 8B-like model on the H200
-        # (bench/sweep_matmul_configs.py, BENCHMARKS.md): 25-30% faster than the 128-row
-        # blocks; whole superblocks per dot (JS 8), one superblock a tile (SB 1)
+        # measured best at 1 and 16 rows on every Q4_K shape of an 8B-like model
+        # (bench/sweep_matmul_configs.py; BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"):
+        # faster than the 128-row blocks; whole superblocks per dot (JS 8), one superblock a tile
         cfg = {"BN": 64, "num_warps": 4, "num_stages": 3, "JS": 8, "SB": 1}
     elif qtype == "Q6_K":
         # same sweep: wide blocks for the split (few-block) shapes, 64-row blocks with two

@@ -57,8 +57,8 @@ def synchronize(device: torch.device) -> None:
 def leave_a_core_for_the_ui() -> None:
     """With a window open, the UI thread paints while the engine computes. If torch's CPU
     thread pool also spans every core, each of its parallel regions waits on a descheduled
-    thread at every barrier (seen here: 4-5x slower decoding on 2 cores). One core fewer keeps
-    the pool's barriers cheap."""
+    thread at every barrier (decoding several times slower on a 2-core machine:
+    BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"). One core fewer keeps the pool's barriers cheap."""
     n = os.cpu_count() or 1
     if n > 1 and torch.get_num_threads() >= n and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(n - 1)
@@ -69,8 +69,8 @@ def one_torch_thread() -> Iterator[None]:
     """Run the loaders' per-tensor work (dequantize, cast) on one intra-op thread.
 
     The ops are small (one tensor each, ~1000 of them) and memory-bound. With two threads on a busy
-    2-core machine every op waits at a barrier for a descheduled thread: the bundled model took
-    9-10 s to load that way versus 0.7 s on one thread (0.25-0.5 s either way when idle).
+    2-core machine every op waits at a barrier for a descheduled thread, and loading took many
+    times longer than on one thread (BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)").
     torch's thread count is process-wide, so it is restored at once.
     """
     n = torch.get_num_threads()

@@ -1,8 +1,8 @@
 """Captured passes: a verify pass of a row-count bucket and a prefill chunk, each recorded once
 as a CUDA graph over one session's KV cache and replayed with one host -> device copy.
 
-On a GPU (CUDA or ROCm) eager PyTorch spends ~13 ms a pass on kernel launches for the bundled
-model on an H200, a replayed graph 1.4-2.5 ms. On the CPU a bucket runs the same code eagerly
+On a GPU (CUDA or ROCm) eager PyTorch spends most of a pass on kernel launches, a replayed
+graph a fraction of that (BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"). On the CPU a bucket runs the same code eagerly
 (the tests exercise it there). `engine.model.runtime.Session` owns the buckets.
 """
 

@@ -8,7 +8,7 @@ each hold one, and the early-exit drafter sees the target's session through its 
 
 On CPU the forward runs eagerly with attention over exactly the committed prefix plus the
 window. On a GPU (CUDA or ROCm) each verify pass replays a captured graph: eager PyTorch spends
-~13 ms a pass on kernel launches for the bundled model on an H200, a graph 1.4-2.5 ms. Graphs are
+most of a pass on kernel launches, a replayed graph a fraction of that (BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"). Graphs are
 captured once per row-count bucket at a fixed cache capacity; a window pads its rows up to the
 bucket (padded rows write scratch slots past the window and are ignored): engine.model.graphs.
 
@@ -45,16 +45,16 @@ if TYPE_CHECKING:                   # the runtime is handed a loaded model; it n
 
 GRAPH_BUCKETS = (1, 2, 4, 8, 16, 32, MAX_ROWS)
 # top-2 logit margins below which a row of a runtime without exact rows is a near tie: the
-# largest row-vs-alone logit differences measured on the H200 with SDPA and cuBLAS (float32:
-# 2e-5..8e-5; bfloat16: up to 0.53; float16 taken at bfloat16's / 8, its mantissa's 3 more bits)
+# largest row-vs-alone logit differences measured with SDPA and cuBLAS, rounded up
+# (BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"); float16 taken at bfloat16's / 8, its mantissa's 3 more bits
 TIE_MARGINS = {"float32": 1e-4, "bfloat16": 0.6, "float16": 0.08}
 PREFILL_CHUNK = 512
 # prefill chunks are padded up to one of these row counts and replayed from a graph (CUDA),
 # keys over the first S slots, S a power of two >= the chunk's end: a prompt's launches cost
-# one replay instead of ~20 Python launches a layer (the bundled model's 512-token prefill was
-# host-bound, 2.6x slower than llama.cpp's pp512). Below DENSE_PREFILL_ROWS (32) a chunk pads
-# to 31 at most: padding must not switch a short chunk to the dequantize-then-GEMM route
-# (on the 8B-like model 20 rows padded to 32 ran 36 ms there against 24 ms packed)
+# one replay instead of ~20 Python launches a layer (eager, the bundled model's prefill was
+# host-bound). Below DENSE_PREFILL_ROWS (32) a chunk pads to 31 at most: padding must not
+# switch a short chunk to the dequantize-then-GEMM route, slower there than packed at that size
+# (BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)")
 PREFILL_BUCKETS = (16, 31, 64, 128, 256, PREFILL_CHUNK)
 
 

@@ -18,11 +18,10 @@ each output as one float32 FMA chain over K in order, whatever M, the M-blocking
 or the thread split (over rows/column blocks, never over K), so speculative verification stays
 lossless against a 1-row decode that uses the same path.
 
-Speed (this 2-core AVX-512 EPYC, 1 thread, ``tests/engine/weights/bench_cpu_matmul.py``):
-sweeping the bundled 135M model's 210 distinct linear weights cold (as a decode step does),
-median per sweep f32 F.linear vs cpu_fast: M=1 37.2 vs 8.6 ms (4.3x), M=2 59.2 vs 10.2 ms,
-M=4 48.6 vs 13.6 ms, M=8 57.2 vs 24.1 ms (2.4x). A single small matrix re-read from L2 gains
-nothing (576x576, M=1: 27 vs 26 us; 192x576: 9 vs 14 us, the bf16 casts cost ~4 us a call).
+Speed (``tests/engine/weights/bench_cpu_matmul.py``; figures in BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"):
+the gain is in streaming fewer weight bytes, so it shows on a decode step's cold sweep over
+every linear weight, largest at one row; a single small matrix re-read from L2 gains nothing
+(the bfloat16 casts cost about what the smaller reads save).
 """
 
 from __future__ import annotations
