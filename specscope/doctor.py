@@ -15,6 +15,9 @@ the user asked for the GPU (`--device cuda`).
     graphs   a packed matmul captured in a CUDA/HIP graph replays to the eager result
     model    the bundled model (or --model) loads on the device and decodes a few tokens
              (on the CPU when there is no GPU)
+    same prompt, same keys   a ~2,000-token prefill run back to back on a used stream (the GPU
+             busy, its graphs replayed) writes the keys that one waited on chunk by chunk
+             writes, bit for bit (the race issue 31 found in the graphs' uploads)
 
 `specscope doctor --compile-for gfx1100,gfx1151,gfx1201` compiles every kernel of the catalog
 for the named targets with no GPU (Triton's AMD and NVIDIA backends compile ahead of time on
@@ -252,6 +255,53 @@ def _model_line(r: _Report, device: str, dtype: str, weights: str, model: str | 
         return
     r.line("ok", name, f"{rep['new_tokens']} tokens ({rep['activation_dtype']}, {rt.weights_label}) "
            f"{rep['tok_s']:.0f} tok/s, {time.perf_counter() - t0:.1f} s: {text!r}")
+    _history_line(r, rt)
+
+
+HISTORY_TOKENS = 2000     # four 512-row chunks: the last two share a bucket, back to back
+
+
+def _history_line(r: _Report, rt) -> None:
+    """A prefill of HISTORY_TOKENS arbitrary tokens, chunk by chunk with a wait after each (the
+    reference), then twice back to back on the same stream (its graphs captured: a busy GPU,
+    chunks replayed from buckets), each time over a zeroed cache: the committed keys must
+    be the reference's, bit for bit. A racy upload leaves a chunk's slots unwritten."""
+    import torch
+    from engine.model.device import synchronize
+    from engine.model.runtime import PREFILL_CHUNK
+    name = "same prompt, same keys"
+    n = min(HISTORY_TOKENS, rt.config.max_context - 1)
+    if n < 3 * PREFILL_CHUNK:
+        r.line("skip", name, f"the model's context ({rt.config.max_context}) is too short for "
+               f"{3 * PREFILL_CHUNK}-token prefill chunks")
+        return
+    V = rt.config.vocab_size
+    ids = [(7919 * i) % (V - 2) + 1 for i in range(n)]
+    try:
+        s = rt.session(n + 1)
+        try:
+            def keys(chunked: bool) -> "torch.Tensor":
+                s.reserve(n + 1)
+                s.cache.kv.zero_()
+                for start in range(0, n, PREFILL_CHUNK if chunked else n):
+                    s.prefill(ids[start:start + (PREFILL_CHUNK if chunked else n)])
+                    if chunked:
+                        synchronize(rt.device)
+                return s.cache.kv[:, :, :, :n].clone()
+            want = keys(chunked=True)
+            bad = next((i for i in range(2) if not torch.equal(keys(chunked=False), want)), None)
+        finally:
+            s.close()
+    except Exception as e:  # noqa: BLE001
+        r.line("FAIL", name, f"{_short(e)}", "report it with this output")
+        return
+    if bad is None:
+        r.line("ok", name, f"a {n:,}-token prefill back to back (twice) wrote the keys of one "
+               "waited on chunk by chunk, bit for bit")
+    else:
+        r.line("FAIL", name, f"a {n:,}-token prefill run back to back wrote other keys than the "
+               "same prefill waited on chunk by chunk: outputs may depend on what ran before",
+               "report it with this output (`--device cpu` decodes without captured passes)")
 
 
 def _rel_err(got, want) -> float:

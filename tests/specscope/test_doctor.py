@@ -304,3 +304,71 @@ def test_graphs_check_fails_when_the_replay_differs(capsys):
     _graph_line(r, torch.device("cuda"), matmul=drifting)
     out = capsys.readouterr().out
     assert out.startswith("FAIL  graphs") and "differs" in out and r.finish() == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# same prompt, same keys (issue 31's prefill race)
+
+
+def _racy_staging():
+    """The upload before the fix: ONE host buffer per bucket, refilled for the next chunk while
+    the previous chunk's asynchronous copy may still be waiting for the GPU."""
+    import engine.model.graphs as graphs
+    buffers: dict = {}
+
+    def staging(n, pinned):
+        h = buffers.setdefault((n, pinned), torch.zeros(n, dtype=torch.long, pin_memory=pinned))
+        return h.zero_()
+    return graphs, staging
+
+
+@parent_only
+def test_history_check_passes_on_the_cpu(cpu_runtime, capsys):
+    from specscope.doctor import _history_line
+    r = _report()
+    _history_line(r, cpu_runtime)
+    out = capsys.readouterr().out
+    assert out.startswith("ok    same prompt, same keys") and r.finish() == 0, out
+
+
+@parent_only
+def test_history_check_fails_when_a_back_to_back_prefill_drops_a_chunk(cpu_runtime, monkeypatch,
+                                                                       capsys):
+    """What the race did on the GPU, done on purpose: a prefill given more than one chunk at
+    once leaves its second chunk's slots as they were."""
+    from engine.model.runtime import PREFILL_CHUNK, Session
+    from specscope.doctor import _history_line
+    real = Session.prefill
+
+    def dropping(self, ids):
+        if len(ids) <= PREFILL_CHUNK:
+            return real(self, ids)
+        real(self, ids[:PREFILL_CHUNK])
+        self.cache.advance(PREFILL_CHUNK)                      # slots left unwritten
+        return real(self, ids[2 * PREFILL_CHUNK:])
+    monkeypatch.setattr(Session, "prefill", dropping)
+    r = _report()
+    _history_line(r, cpu_runtime)
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL  same prompt, same keys") and r.finish() == 1, out
+
+
+@cuda_only
+def test_history_check_passes_on_this_gpu(capsys):
+    from engine.session import open_runtime
+    from specscope.doctor import _history_line
+    r = _report()
+    _history_line(r, open_runtime(None, "cuda", "bfloat16"))
+    assert capsys.readouterr().out.startswith("ok    same prompt, same keys") and r.finish() == 0
+
+
+@cuda_only
+def test_history_check_sees_the_racy_upload_on_this_gpu(monkeypatch, capsys):
+    from engine.session import open_runtime
+    from specscope.doctor import _history_line
+    graphs, racy = _racy_staging()
+    monkeypatch.setattr(graphs, "staging", racy)
+    r = _report()
+    _history_line(r, open_runtime(None, "cuda", "bfloat16"))
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL  same prompt, same keys") and r.finish() == 1, out
