@@ -107,88 +107,16 @@ def _describe_start(head: bytes) -> str:
 
 
 def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, TensorInfo]]:
-    unpack = struct.unpack_from
-    (version,) = unpack("<I", buf, 4)
+    (version,) = struct.unpack_from("<I", buf, 4)
     if version not in (2, 3):
         hint = " (a big-endian file?)" if struct.unpack_from(">I", buf, 4)[0] in (2, 3) else ""
         raise _Corrupt(f"GGUF version {version}{hint} is not supported; specscope reads versions 2 and 3")
-    n_tensors, n_kv = unpack("<QQ", buf, 8)
-    pos = 24
+    n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
     # Every key/value pair and tensor info takes at least 9 bytes: garbage counts fail here, not in a loop.
     if (n_tensors + n_kv) * 9 > size:
         raise _Corrupt(f"header claims {n_tensors} tensors and {n_kv} metadata keys, more than the file holds")
-
-    def string(pos: int) -> tuple[str, int]:
-        (n,) = unpack("<Q", buf, pos)
-        end = pos + 8 + n
-        if end > size:
-            raise _Corrupt(f"a string at byte {pos} runs past the end of the file")
-        return buf[pos + 8:end].decode("utf-8", errors="replace"), end
-
-    def value(vtype: int, pos: int, depth: int = 0) -> tuple[Any, int]:
-        if vtype == GGUFValueType.STRING:
-            return string(pos)
-        if vtype == GGUFValueType.ARRAY:
-            etype, count = unpack("<IQ", buf, pos)
-            pos += 12
-            if count > MAX_ARRAY_ITEMS:
-                raise _Corrupt(f"an array at byte {pos} claims {count:,} items (at most {MAX_ARRAY_ITEMS:,})")
-            if etype == GGUFValueType.STRING:
-                if count * 8 > size - pos:
-                    raise _Corrupt(f"a string array at byte {pos} claims {count} items")
-                items = []
-                append = items.append
-                for _ in range(count):  # the hot loop: ~100k vocabulary strings
-                    (n,) = unpack("<Q", buf, pos)
-                    end = pos + 8 + n
-                    append(buf[pos + 8:end].decode("utf-8", errors="replace"))
-                    pos = end
-                if pos > size:
-                    raise _Corrupt("a string array runs past the end of the file")
-                return items, pos
-            if etype in _NUMPY_DTYPES:
-                dtype = np.dtype(_NUMPY_DTYPES[GGUFValueType(etype)])
-                if count * dtype.itemsize > size - pos:
-                    raise _Corrupt(f"an array at byte {pos} claims {count} items")
-                arr = np.frombuffer(buf, dtype=dtype.newbyteorder("<"), count=count, offset=pos)
-                return arr.tolist(), pos + count * dtype.itemsize
-            if depth >= MAX_ARRAY_DEPTH:
-                raise _Corrupt(f"metadata arrays nested more than {MAX_ARRAY_DEPTH} deep at byte {pos}")
-            if count * 12 > size - pos:     # an array item takes at least its own 12-byte header
-                raise _Corrupt(f"an array at byte {pos} claims {count} items")
-            items = []  # arrays of arrays: rare, parsed slowly
-            for _ in range(count):
-                item, pos = value(etype, pos, depth + 1)
-                items.append(item)
-            return items, pos
-        try:
-            fmt = _SCALAR_FORMATS[GGUFValueType(vtype)]
-        except (ValueError, KeyError):
-            raise _Corrupt(f"unknown metadata value type {vtype} at byte {pos}") from None
-        v = unpack(fmt, buf, pos)[0]
-        if vtype == GGUFValueType.FLOAT32:
-            v = float(str(np.float32(v)))  # 1e-05 stays 1e-05, not 9.999999747378752e-06
-        return v, pos + struct.calcsize(fmt)
-
-    metadata: dict[str, Any] = {}
-    for _ in range(n_kv):
-        key, pos = string(pos)
-        if key in metadata:     # a reader keeping the first or the last would run another model
-            raise _Corrupt(f"it holds the metadata key {_short(key)} twice")
-        (vtype,) = unpack("<I", buf, pos)
-        metadata[key], pos = value(vtype, pos + 4)
-
-    infos = []
-    for _ in range(n_tensors):
-        name, pos = string(pos)
-        (n_dims,) = unpack("<I", buf, pos)
-        if n_dims > 8:
-            raise _Corrupt(f"tensor {_short(name)} claims {n_dims} dimensions")
-        dims = unpack(f"<{n_dims}Q", buf, pos + 4)
-        qtype, offset = unpack("<IQ", buf, pos + 4 + 8 * n_dims)
-        pos += 4 + 8 * n_dims + 12
-        infos.append((name, tuple(reversed(dims)), qtype, offset))
-
+    metadata, pos = _read_metadata(buf, size, n_kv, 24)
+    infos, pos = _read_tensor_infos(buf, size, n_tensors, pos)
     alignment = metadata.get("general.alignment", 32)
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise _Corrupt(f"general.alignment {alignment!r} is not a power of two")
@@ -203,6 +131,99 @@ def _parse_header(buf: mmap.mmap, size: int) -> tuple[dict[str, Any], dict[str, 
         tensors[name] = TensorInfo(name, shape, qtype, data_start + offset, _n_bytes(shape, qtype))
     _check_layout(list(tensors.values()), data_start, size, alignment)
     return metadata, tensors
+
+
+def _read_metadata(buf: mmap.mmap, size: int, n_kv: int, pos: int) -> tuple[dict[str, Any], int]:
+    """The n_kv key/value pairs from byte pos on, and the byte after them."""
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key, pos = _string(buf, size, pos)
+        if key in metadata:     # a reader keeping the first or the last would run another model
+            raise _Corrupt(f"it holds the metadata key {_short(key)} twice")
+        (vtype,) = struct.unpack_from("<I", buf, pos)
+        metadata[key], pos = _value(buf, size, vtype, pos + 4)
+    return metadata, pos
+
+
+def _read_tensor_infos(buf: mmap.mmap, size: int, n_tensors: int,
+                       pos: int) -> tuple[list[tuple[str, tuple[int, ...], int, int]], int]:
+    """(name, shape in torch order, qtype, data offset) per tensor info, and the byte after them."""
+    unpack = struct.unpack_from
+    infos = []
+    for _ in range(n_tensors):
+        name, pos = _string(buf, size, pos)
+        (n_dims,) = unpack("<I", buf, pos)
+        if n_dims > 8:
+            raise _Corrupt(f"tensor {_short(name)} claims {n_dims} dimensions")
+        dims = unpack(f"<{n_dims}Q", buf, pos + 4)
+        qtype, offset = unpack("<IQ", buf, pos + 4 + 8 * n_dims)
+        pos += 4 + 8 * n_dims + 12
+        infos.append((name, tuple(reversed(dims)), qtype, offset))
+    return infos, pos
+
+
+def _string(buf: mmap.mmap, size: int, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from("<Q", buf, pos)
+    end = pos + 8 + n
+    if end > size:
+        raise _Corrupt(f"a string at byte {pos} runs past the end of the file")
+    return buf[pos + 8:end].decode("utf-8", errors="replace"), end
+
+
+def _value(buf: mmap.mmap, size: int, vtype: int, pos: int, depth: int = 0) -> tuple[Any, int]:
+    """One metadata value of type vtype at byte pos, and the byte after it."""
+    if vtype == GGUFValueType.STRING:
+        return _string(buf, size, pos)
+    if vtype == GGUFValueType.ARRAY:
+        return _array(buf, size, pos, depth)
+    try:
+        fmt = _SCALAR_FORMATS[GGUFValueType(vtype)]
+    except (ValueError, KeyError):
+        raise _Corrupt(f"unknown metadata value type {vtype} at byte {pos}") from None
+    v = struct.unpack_from(fmt, buf, pos)[0]
+    if vtype == GGUFValueType.FLOAT32:
+        v = float(str(np.float32(v)))  # 1e-05 stays 1e-05, not 9.999999747378752e-06
+    return v, pos + struct.calcsize(fmt)
+
+
+def _array(buf: mmap.mmap, size: int, pos: int, depth: int) -> tuple[list[Any], int]:
+    etype, count = struct.unpack_from("<IQ", buf, pos)
+    pos += 12
+    if count > MAX_ARRAY_ITEMS:
+        raise _Corrupt(f"an array at byte {pos} claims {count:,} items (at most {MAX_ARRAY_ITEMS:,})")
+    if etype == GGUFValueType.STRING:
+        return _string_array(buf, size, pos, count)
+    if etype in _NUMPY_DTYPES:
+        dtype = np.dtype(_NUMPY_DTYPES[GGUFValueType(etype)])
+        if count * dtype.itemsize > size - pos:
+            raise _Corrupt(f"an array at byte {pos} claims {count} items")
+        arr = np.frombuffer(buf, dtype=dtype.newbyteorder("<"), count=count, offset=pos)
+        return arr.tolist(), pos + count * dtype.itemsize
+    if depth >= MAX_ARRAY_DEPTH:
+        raise _Corrupt(f"metadata arrays nested more than {MAX_ARRAY_DEPTH} deep at byte {pos}")
+    if count * 12 > size - pos:     # an array item takes at least its own 12-byte header
+        raise _Corrupt(f"an array at byte {pos} claims {count} items")
+    items = []  # arrays of arrays: rare, parsed slowly
+    for _ in range(count):
+        item, pos = _value(buf, size, etype, pos, depth + 1)
+        items.append(item)
+    return items, pos
+
+
+def _string_array(buf: mmap.mmap, size: int, pos: int, count: int) -> tuple[list[str], int]:
+    if count * 8 > size - pos:
+        raise _Corrupt(f"a string array at byte {pos} claims {count} items")
+    unpack = struct.unpack_from
+    items = []
+    append = items.append
+    for _ in range(count):  # the hot loop: ~100k vocabulary strings
+        (n,) = unpack("<Q", buf, pos)
+        end = pos + 8 + n
+        append(buf[pos + 8:end].decode("utf-8", errors="replace"))
+        pos = end
+    if pos > size:
+        raise _Corrupt("a string array runs past the end of the file")
+    return items, pos
 
 
 def _check_layout(infos: list[TensorInfo], data_start: int, size: int, alignment: int) -> None:
