@@ -102,6 +102,7 @@ MODEL_TESTS: dict[str, tuple[str, ...]] = {
     "tests/specscope/test_lesson_cmd.py": ("test_lesson_knee_writes_png_csv_and_md",),
     "tests/workbench/test_window_fit.py": ("test_a_path_that_is_no_model_is_one_line_and_exit_2",),
     "tests/workbench/test_workbench.py": ("test_engine_imports_without_qt",),
+    "tests/workbench/test_qt_libs.py": ("test_the_window_says_what_is_missing_and_exits_2",),
 }
 
 

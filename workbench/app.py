@@ -61,6 +61,12 @@ def main(args: argparse.Namespace) -> int:
         shot, windows, print_report = OFFSCREEN_SHOT, None, True
     if shot:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    else:                       # Qt aborts naming only the first library it lacks: name them all
+        from workbench.qt_libs import check_platform_libraries
+        missing = check_platform_libraries()
+        if missing:
+            print(missing, file=sys.stderr)
+            return 2
 
     from PySide6.QtWidgets import QApplication
 

@@ -44,6 +44,7 @@ class SweepDock(JobDock):
         form = self._build_form()
         self._build_buttons()
         self.chosen: str | None = None       # the cell clicked last (what Export offers first)
+        self.export_open = None              # the export dialog last opened by the button
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setFormat("idle")
@@ -119,7 +120,8 @@ class SweepDock(JobDock):
         self.export_button = QPushButton("Export…")
         self.export_button.setToolTip("a cell (the one clicked last, else the best) as our command "
                                       "line, llama.cpp server flags or vLLM's speculative_config")
-        self.export_button.clicked.connect(self.export_dialog)
+        # clicked(bool) would land its `checked` in export_dialog's `show`: call it without
+        self.export_button.clicked.connect(lambda: self.export_dialog())
 
     # ---- settings -------------------------------------------------------------------------
     def config(self):
@@ -251,7 +253,8 @@ class SweepDock(JobDock):
         best = self.best_two()
         dialog = CellExportDialog(self.result or {}, self.chosen or (best[0]["id"] if best else None), self)
         if show:
-            dialog.open()
+            dialog.open()            # window-modal, not blocking: the dock's job runs on
+            self.export_open = dialog
         return dialog
 
     def _race_best(self) -> None:
