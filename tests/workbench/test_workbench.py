@@ -208,9 +208,10 @@ def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
         for r, row in enumerate(ev.rows):
             assert win.rows.model.index(r, 0).data() == str(row.row)
             assert win.rows.model.index(r, 1).data() == str(row.depth)
-            assert win.rows.model.index(r, 2).data() == ("" if row.draft_token is None
+            assert win.rows.model.index(r, 2).data() == ("—" if row.draft_token is None
                                                           else visible(row.draft_text, 24))
-            assert win.rows.model.index(r, 3).data() == visible(row.target_text, 24)
+            judge = ev.rows[ev.parents[row.node] + 1] if row.node >= 0 else row   # the parent's row
+            assert win.rows.model.index(r, 3).data() == visible(judge.target_text, 24)
             assert win.rows.model.index(r, 7).data().startswith(
                 {"root": "root", "accepted": "accepted", "rejected": "rejected",
                  "not_reached": "not reached"}[row.outcome])
