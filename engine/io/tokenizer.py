@@ -211,6 +211,72 @@ def _pre_tokenizer(pre: str | None) -> tuple[Any, bool]:
         pre in _LLAMA3_FAMILY  # llama.cpp sets ignore_merges for Llama 3, as its tokenizer.json does
 
 
+def _gguf_vocabulary(md: Mapping[str, Any], source: str) -> tuple[list[str], list[str], list[int]]:
+    """A GGUF's tokens, merges and token types, checked: a byte-level BPE ('gpt2'), lists of the
+    right kinds, one type per token."""
+    kind = md.get("tokenizer.ggml.model")
+    tokens = md.get("tokenizer.ggml.tokens")
+    merges = md.get("tokenizer.ggml.merges")
+    if kind != "gpt2":
+        raise ModelLoadError(
+            f"{source}: tokenizer type {kind!r} is not supported from a GGUF (only byte-level BPE, 'gpt2', "
+            "as used by Llama 3, SmolLM and Qwen). Use the model's Hugging Face folder instead."
+        )
+    if not tokens or not merges:
+        raise ModelLoadError(f"{source}: the GGUF lacks tokenizer.ggml.tokens or tokenizer.ggml.merges; "
+                             "re-convert it with a current llama.cpp.")
+    types = md.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    for key, items, kind in (("tokens", tokens, str), ("merges", merges, str), ("token_type", types, int)):
+        if not isinstance(items, list) or not all(isinstance(t, kind) and not isinstance(t, bool) for t in items):
+            raise ModelLoadError(f"{source}: tokenizer.ggml.{key} must be a list of "
+                                 f"{'strings' if kind is str else 'integers'}; the file is corrupt.")
+    if len(types) != len(tokens):
+        raise ModelLoadError(f"{source}: tokenizer.ggml.token_type has {len(types)} entries for "
+                             f"{len(tokens)} tokens; the file is corrupt.")
+    return tokens, merges, types
+
+
+def _gguf_backend(tokens: list[str], merges: list[str], types: list[int], pre: str | None,
+                  source: str) -> tokenizers.Tokenizer:
+    """The byte-level BPE for a GGUF's vocabulary, its control and user-defined tokens added."""
+    # Tokens are stored in the byte alphabet ('Ġ' for a space); a few files spell some in plain
+    # UTF-8, which we respell as transformers does.
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab[t if set(t) <= _BYTE_ALPHABET else "".join(BYTE_TO_CHAR[b] for b in t.encode())] = i
+    pre_tokenizer, ignore_merges = _pre_tokenizer(pre)
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    if not all(len(p) == 2 for p in pairs):
+        raise ModelLoadError(f"{source}: a tokenizer merge is not two tokens separated by a space; "
+                             "the file is corrupt.")
+    try:
+        backend = tokenizers.Tokenizer(BPE(vocab, pairs, ignore_merges=ignore_merges, fuse_unk=False))
+    except Exception as e:  # tokenizers raises bare Exceptions (a merge naming an unknown token)
+        raise ModelLoadError(f"{source}: the tokenizer's vocabulary and merges do not fit together "
+                             f"({e}); the file is corrupt.") from e
+    backend.pre_tokenizer = pre_tokenizer
+    backend.decoder = decoders.ByteLevel()
+    # token_type 3 = control (<|im_start|>), 4 = user defined (<think>): matched whole in text.
+    # A control token spelled outside the byte alphabet is a known llama.cpp mislabel; skipped
+    # (as transformers does) so the vocabulary does not grow past the embedding.
+    backend.add_special_tokens([AddedToken(t, normalized=False, special=True)
+                                for t, k in zip(tokens, types) if k == 3 and set(t) <= _BYTE_ALPHABET])
+    backend.add_tokens([AddedToken(t, normalized=False, special=False)
+                        for t, k in zip(tokens, types) if k == 4 and t in vocab])
+    return backend
+
+
+def _check_gguf_ids(md: Mapping[str, Any], source: str) -> None:
+    """The special token ids are ints (not bools) and add_bos_token a bool."""
+    for key in ("bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id", "unknown_token_id",
+                "padding_token_id", "add_bos_token"):
+        v = md.get(f"tokenizer.ggml.{key}")
+        flag = key == "add_bos_token"
+        if v is not None and (isinstance(v, bool) != flag or not isinstance(v, int)):
+            raise ModelLoadError(f"{source}: tokenizer.ggml.{key} is {str(v)[:40]!r}; "
+                                 f"{'true or false' if flag else 'a token id'} is needed here. The file is corrupt.")
+
+
 class Tokenizer:
     """Text <-> token ids for one model, plus its chat template."""
 
@@ -324,58 +390,9 @@ class Tokenizer:
     @classmethod
     def from_gguf_fields(cls, md: Mapping[str, Any], source: str = "the GGUF file") -> Tokenizer:
         """Build from GGUF metadata (tokenizer.ggml.* and tokenizer.chat_template)."""
-        kind = md.get("tokenizer.ggml.model")
-        tokens = md.get("tokenizer.ggml.tokens")
-        merges = md.get("tokenizer.ggml.merges")
-        if kind != "gpt2":
-            raise ModelLoadError(
-                f"{source}: tokenizer type {kind!r} is not supported from a GGUF (only byte-level BPE, 'gpt2', "
-                "as used by Llama 3, SmolLM and Qwen). Use the model's Hugging Face folder instead."
-            )
-        if not tokens or not merges:
-            raise ModelLoadError(f"{source}: the GGUF lacks tokenizer.ggml.tokens or tokenizer.ggml.merges; "
-                                 "re-convert it with a current llama.cpp.")
-        types = md.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-        for key, items, kind in (("tokens", tokens, str), ("merges", merges, str), ("token_type", types, int)):
-            if not isinstance(items, list) or not all(isinstance(t, kind) and not isinstance(t, bool) for t in items):
-                raise ModelLoadError(f"{source}: tokenizer.ggml.{key} must be a list of "
-                                     f"{'strings' if kind is str else 'integers'}; the file is corrupt.")
-        if len(types) != len(tokens):
-            raise ModelLoadError(f"{source}: tokenizer.ggml.token_type has {len(types)} entries for "
-                                 f"{len(tokens)} tokens; the file is corrupt.")
-        # Tokens are stored in the byte alphabet ('Ġ' for a space); a few files spell some in plain
-        # UTF-8, which we respell as transformers does.
-        vocab = {}
-        for i, t in enumerate(tokens):
-            vocab[t if set(t) <= _BYTE_ALPHABET else "".join(BYTE_TO_CHAR[b] for b in t.encode())] = i
-        pre = md.get("tokenizer.ggml.pre")
-        pre_tokenizer, ignore_merges = _pre_tokenizer(pre)
-        pairs = [tuple(m.split(" ", 1)) for m in merges]
-        if not all(len(p) == 2 for p in pairs):
-            raise ModelLoadError(f"{source}: a tokenizer merge is not two tokens separated by a space; "
-                                 "the file is corrupt.")
-        try:
-            backend = tokenizers.Tokenizer(BPE(vocab, pairs, ignore_merges=ignore_merges, fuse_unk=False))
-        except Exception as e:  # tokenizers raises bare Exceptions (a merge naming an unknown token)
-            raise ModelLoadError(f"{source}: the tokenizer's vocabulary and merges do not fit together "
-                                 f"({e}); the file is corrupt.") from e
-        backend.pre_tokenizer = pre_tokenizer
-        backend.decoder = decoders.ByteLevel()
-        # token_type 3 = control (<|im_start|>), 4 = user defined (<think>): matched whole in text.
-        # A control token spelled outside the byte alphabet is a known llama.cpp mislabel; skipped
-        # (as transformers does) so the vocabulary does not grow past the embedding.
-        backend.add_special_tokens([AddedToken(t, normalized=False, special=True)
-                                    for t, k in zip(tokens, types) if k == 3 and set(t) <= _BYTE_ALPHABET])
-        backend.add_tokens([AddedToken(t, normalized=False, special=False)
-                            for t, k in zip(tokens, types) if k == 4 and t in vocab])
-
-        for key in ("bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id", "unknown_token_id",
-                    "padding_token_id", "add_bos_token"):
-            v = md.get(f"tokenizer.ggml.{key}")
-            flag = key == "add_bos_token"
-            if v is not None and (isinstance(v, bool) != flag or not isinstance(v, int)):
-                raise ModelLoadError(f"{source}: tokenizer.ggml.{key} is {str(v)[:40]!r}; "
-                                     f"{'true or false' if flag else 'a token id'} is needed here. The file is corrupt.")
+        tokens, merges, types = _gguf_vocabulary(md, source)
+        backend = _gguf_backend(tokens, merges, types, md.get("tokenizer.ggml.pre"), source)
+        _check_gguf_ids(md, source)
 
         def token(key: str) -> str | None:
             i = md.get(f"tokenizer.ggml.{key}")
