@@ -6,8 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMenu, QToolButton
 
 from workbench import dialogs, theme
@@ -29,16 +28,8 @@ def export_png(win, name: str, path: str | Path, scale: float = 2.0) -> Path:
         ex = pge.ImageExporter(item)
         ex.parameters()["width"] = int(item.boundingRect().width() * scale)
         ex.export(str(path))
-    elif name == "tree":
-        scene = win.tree.scene
-        r = scene.itemsBoundingRect().adjusted(-16, -16, 16, 16)
-        img = QImage(int(r.width() * scale), int(r.height() * scale), QImage.Format.Format_ARGB32)
-        img.fill(QColor(theme.PANEL))
-        p = QPainter(img)
-        p.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
-        scene.render(p, QRectF(0, 0, img.width(), img.height()), r)
-        p.end()
-        img.save(str(path))
+    elif name == "tree":                # the whole tree, under its header and legend
+        win.tree.render_image(scale).save(str(path))
     else:
         widget = {"window": win, "rows": win.rows, "output": win.output}[name]
         widget.grab().save(str(path))

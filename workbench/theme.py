@@ -31,6 +31,8 @@ GREY = "#6e7781"        # not reached
 AMBER = "#e3b341"       # bonus token (after a fully accepted path)
 BLUE = "#6aa7f0"        # correction token (replaces a rejected draft)
 VIOLET = "#b48ead"      # draft-path tokens in a penalty history
+SELECT = "#f4f1e8"      # the selected verify row's ring in the tree: no outcome's colour
+NODE_FILL = 0.42        # how much of its outcome colour a tree node's fill takes (legend swatches too)
 
 OUTCOME_COLOR = {ROOT: TEXT, ACCEPTED: GREEN, REJECTED: RED, NOT_REACHED: GREY,
                  BONUS: AMBER, CORRECTION: BLUE}

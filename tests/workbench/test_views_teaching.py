@@ -52,3 +52,89 @@ def test_each_verify_line_is_one_decision(qtbot, make_window):
                                    if not ev.tokens and kind == TARGET else "")
             rejected_lines += r.outcome == REJECTED
     assert corrections and rejected_lines, "no correction in the run: the check could not fail"
+
+
+def _near(img, x: float, y: float, color: str, reach: int = 3) -> float:
+    """The smallest colour distance to `color` among the pixels within `reach` of (x, y)."""
+    from PySide6.QtGui import QColor
+    want = QColor(color)
+    best = 1e9
+    for dx in range(-reach, reach + 1):
+        for dy in range(-reach, reach + 1):
+            c = img.pixelColor(int(x) + dx, int(y) + dy)
+            best = min(best, abs(c.red() - want.red()) + abs(c.green() - want.green())
+                       + abs(c.blue() - want.blue()))
+    return best
+
+
+def _render(scene):
+    from PySide6.QtCore import QRectF
+    from PySide6.QtGui import QColor, QImage, QPainter
+    from workbench import theme
+    r = scene.itemsBoundingRect().adjusted(-10, -10, 10, 10)
+    img = QImage(int(r.width()), int(r.height()), QImage.Format.Format_ARGB32)
+    img.fill(QColor(theme.PANEL))
+    p = QPainter(img)
+    scene.render(p, QRectF(0, 0, r.width(), r.height()), r)
+    p.end()
+    return img, r
+
+
+def test_tree_colours_are_the_legends(qtbot, make_window, tmp_path):
+    """Rejected and accepted nodes are drawn in the legend's colours (border and a visible fill),
+    the selected row's ring in a colour of its own (not the correction blue), and the exported
+    PNG carries the header and the legend."""
+    from PySide6.QtGui import QColor, QImage
+    from workbench import theme
+    from workbench.export import export_png
+    from workbench.views.tree import legend_entries, legend_html
+    win = _run(qtbot, make_window)
+    legend = dict((text, color) for color, text in legend_entries())
+    assert legend["selected row"] not in (theme.BLUE, theme.ACCENT, *theme.OUTCOME_COLOR.values())
+    for color, text in legend_entries():
+        assert color in legend_html() and text in legend_html()
+    rej = next((i, r.node) for i, ev in enumerate(win.store.events) for r in ev.rows if r.outcome == REJECTED)
+    acc = next((i, ev.accepted_path[0]) for i, ev in enumerate(win.store.events) if ev.accepted_path)
+    for (idx, node), role in ((rej, "rejected"), (acc, "accepted")):
+        show(win, idx)
+        win.tree.select_row(node + 1 if role == "rejected" else 0)    # row 0: no ring is drawn
+        img, r = _render(win.tree.scene)
+        item = next(it for it in win.tree._items if it.row == node + 1)
+        state = next(s for s in win.tree.node_states() if s.node == node)
+        rect = item._rect.translated(-r.left(), -r.top())
+        assert state.color == legend[role]
+        assert _near(img, rect.left(), rect.center().y(), legend[role]) < 40      # border
+        fill = img.pixelColor(int(rect.left() + 4), int(rect.top() + 5))
+        assert fill.name() == state.fill == theme.tint(legend[role], theme.NODE_FILL).name()
+        turn = abs(fill.hsvHue() - QColor(legend[role]).hsvHue())
+        assert min(turn, 360 - turn) < 20 and fill.hsvSaturation() > 60   # red reads red, not brown
+        ring = _near(img, rect.left() - 4, rect.center().y(), legend["selected row"])
+        assert (ring < 40) == (role == "rejected")                              # only the selected row
+        assert _near(img, rect.left(), rect.center().y(), theme.BLUE, 1) > 60
+    out = export_png(win, "tree", tmp_path / "tree.png", scale=1.0)
+    png = QImage(str(out))
+    assert png.height() > r.height() + 30 and png.width() >= r.width() - 20
+    head = [png.pixelColor(x, y) for x in range(0, png.width(), 2) for y in range(2, 24)]
+    assert any(c.lightness() > 150 for c in head), "no header text in the exported tree"
+    keys = 0
+    for color, _ in legend_entries():
+        keys += any(_near(png, x, y, color, 0) < 30 for x in range(0, min(png.width(), 700), 2)
+                    for y in range(24, 50, 2))
+    assert keys == len(legend_entries()), "the exported tree lacks legend swatches"
+
+
+def test_deep_tree_scrolls_instead_of_shrinking(qtbot, make_window):
+    """A depth-16 window keeps legible labels (scale at least MIN_SCALE) and scrolls sideways."""
+    from engine.speculation.settings import DecodeSettings
+    from workbench.views.tree import MIN_SCALE
+    win = _run(qtbot, make_window, DecodeSettings(draft="tree", depth=16, width=1, max_new_tokens=40))
+    idx = max(range(len(win.store)), key=lambda i: max(win.store[i].depths or [0]))
+    assert max(win.store[idx].depths) >= 8, "no deep window: the check could not fail"
+    win.resize(1280, 720)
+    show(win, idx)
+    qtbot.wait(50)
+    canvas = win.tree.canvas
+    canvas.fit()
+    assert canvas.transform().m11() >= MIN_SCALE
+    wide = canvas.sceneRect().width() * canvas.transform().m11() > canvas.viewport().width()
+    assert wide == canvas.horizontalScrollBar().isVisible()

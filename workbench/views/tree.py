@@ -11,7 +11,7 @@ import html
 from dataclasses import dataclass
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QImage, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem,
                                QGraphicsView, QLabel, QWidget)
 
@@ -26,6 +26,21 @@ from workbench.views.tree_layout import TreeLayout, layout
 from workbench.widgets import ElidedLabel, column
 
 EXTRA = "extra"          # the bonus / correction / target token, not a draft node
+MIN_SCALE = 0.9          # below this the labels stop being legible: scroll instead of shrinking
+LEGEND = ((ACCEPTED, "accepted"), (REJECTED, "rejected"), (NOT_REACHED, "not reached"),
+          (BONUS, "bonus"), (CORRECTION, "correction"))
+
+
+def legend_entries() -> list[tuple[str, str]]:
+    """(colour, text) of every key the legend shows: the outcomes, then the selection ring."""
+    return [(theme.OUTCOME_COLOR[role], text) for role, text in LEGEND] + [(theme.SELECT, "selected row")]
+
+
+def legend_html() -> str:
+    keys = [f"<span style='background:{theme.tint(c, theme.NODE_FILL).name()};color:{c}'>&nbsp;■&nbsp;</span>"
+            f"&nbsp;{t}" for c, t in legend_entries()[:-1]]
+    keys.append(f"<span style='color:{theme.SELECT}'>◯</span>&nbsp;selected row")
+    return " &nbsp; ".join(keys)
 
 
 @dataclass(frozen=True)
@@ -35,9 +50,10 @@ class NodeState:
     node: int            # draft node index; -1 root; -2 the emitted extra token
     label: str
     role: str            # ROOT | ACCEPTED | REJECTED | NOT_REACHED | BONUS | CORRECTION | TARGET
-    color: str
+    color: str           # the border's colour: the legend's colour of `role`
     on_path: bool
     q: float | None = None   # the draft's probability of the node's token (model drafts)
+    fill: str = ""       # the fill: `color` mixed into the panel (theme.NODE_FILL)
 
 
 def node_roles(ev: WindowEvent) -> list[str]:
@@ -80,12 +96,15 @@ class _Node(QGraphicsItem):
             self.setCursor(Qt.CursorShape.PointingHandCursor)
 
     def boundingRect(self) -> QRectF:
-        return self._rect.adjusted(-3, -3, 3, 3)
+        return self._rect.adjusted(-6, -6, 6, 6)
 
     def paint(self, p: QPainter, option, widget=None) -> None:
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        pen = QPen(QColor(theme.ACCENT if self.selected_row else self._color),
-                   2.4 if (self._on_path or self.selected_row) else 1.3)
+        if self.selected_row:           # a ring outside the node: its own border keeps its outcome
+            p.setPen(QPen(QColor(theme.SELECT), 2.0))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawRoundedRect(self._rect.adjusted(-4, -4, 4, 4), 8, 8)
+        pen = QPen(QColor(self._color), 2.4 if self._on_path else 1.6)
         if self._dashed:
             pen.setStyle(Qt.PenStyle.DashLine)
         p.setPen(pen)
@@ -129,7 +148,7 @@ class _Canvas(QGraphicsView):
         r = self.scene().itemsBoundingRect().adjusted(-12, -12, 12, 12)
         self.setSceneRect(r)
         vw, vh = max(1, self.viewport().width()), max(1, self.viewport().height())
-        k = max(0.55, min(1.25, vw / r.width(), vh / r.height()))
+        k = max(MIN_SCALE, min(1.25, vw / r.width(), vh / r.height()))
         self.resetTransform()
         self.scale(k, k)
 
@@ -150,10 +169,7 @@ class TokenTreeView(QWidget):
         self.scene = QGraphicsScene(self)
         self.canvas = _Canvas(self.scene)
         self.summary = ElidedLabel("no window yet")   # one line; cut with "…", whole in the tooltip
-        legend = QLabel(" &nbsp; ".join(
-            f"<span style='color:{theme.OUTCOME_COLOR[role]}'>■</span> {text}"
-            for role, text in ((ACCEPTED, "accepted"), (REJECTED, "rejected"), (NOT_REACHED, "not reached"),
-                               (BONUS, "bonus"), (CORRECTION, "correction"))))
+        legend = QLabel(legend_html())
         legend.setObjectName("muted")
         legend.setWordWrap(True)
         legend.setFont(theme.ui_font(8.5))
@@ -209,6 +225,39 @@ class TokenTreeView(QWidget):
             f"{'s' if len(ev.emitted) != 1 else ''}" + plain_why(ev))
         self.summary.setToolTip(ev.reason or "")
 
+    def render_image(self, scale: float = 2.0) -> QImage:
+        """The whole tree (not only what the dock shows) under a header (the window's summary)
+        and the legend, for export."""
+        r = self.scene.itemsBoundingRect().adjusted(-16, -16, 16, 16)
+        head_f, key_f = theme.ui_font(10), theme.ui_font(9)
+        head_h, key_h = QFontMetricsF(head_f).height() + 8, QFontMetricsF(key_f).height() + 10
+        head = self.summary.full_text()
+        keys = legend_entries()
+        key_w = sum(QFontMetricsF(key_f).horizontalAdvance(t) + 40 for _, t in keys)
+        w = max(r.width(), key_w + 24, QFontMetricsF(head_f).horizontalAdvance(head) + 24)
+        img = QImage(int(w * scale), int((r.height() + head_h + key_h + 8) * scale), QImage.Format.Format_ARGB32)
+        img.fill(QColor(theme.PANEL))
+        p = QPainter(img)
+        p.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
+        p.scale(scale, scale)
+        p.setFont(head_f)
+        p.setPen(QColor(theme.TEXT))
+        p.drawText(QRectF(12, 4, w - 24, head_h), Qt.AlignmentFlag.AlignVCenter, head)
+        p.setFont(key_f)
+        x, y = 12.0, head_h + 4
+        for i, (color, text) in enumerate(keys):
+            box = QRectF(x, y + key_h / 2 - 6, 12, 12)
+            p.setPen(QPen(QColor(color), 1.6))
+            p.setBrush(Qt.BrushStyle.NoBrush if i == len(keys) - 1 else QBrush(theme.tint(color, theme.NODE_FILL)))
+            p.drawRoundedRect(box, 3, 3)
+            p.setPen(QColor(theme.MUTED))
+            adv = QFontMetricsF(key_f).horizontalAdvance(text)
+            p.drawText(QRectF(x + 18, y, adv + 4, key_h), Qt.AlignmentFlag.AlignVCenter, text)
+            x += adv + 40
+        self.scene.render(p, QRectF(0, head_h + key_h + 8, r.width(), r.height()), r)
+        p.end()
+        return img
+
     # ---- layout -----------------------------------------------------------------------------
     def _build(self, ev: WindowEvent) -> None:
         qs = {i: node_q(ev, i) for i in range(len(ev.tokens))}
@@ -250,14 +299,14 @@ class TokenTreeView(QWidget):
         on_path = set(ev.accepted_path)
 
         def add(k: int, role: str, color: str, *, bold=False, dashed=False, path=False, row=-1, tip="", q=None):
-            fill = theme.tint(color, 0.30 if path or dashed else 0.16)
+            fill = theme.tint(color, theme.NODE_FILL)
             it = _Node(lay.rects[k], lay.labels[k], color, fill, bold=bold, dashed=dashed, on_path=path,
                        row=row, on_click=self.row_selected.emit)
             it.setToolTip(tip)
             self.scene.addItem(it)
             self._items.append(it)
             node_id = -1 if k == -1 else (-2 if k == lay.extra_id else k)
-            self._states.append(NodeState(node_id, lay.labels[k], role, color, path, q))
+            self._states.append(NodeState(node_id, lay.labels[k], role, color, path, q, fill.name()))
 
         add(-1, ROOT, theme.TEXT, bold=True, path=True, row=0, tip=self._root_tip(ev))
         for i, role in enumerate(node_roles(ev)):
