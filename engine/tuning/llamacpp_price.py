@@ -13,7 +13,9 @@ length, tokens emitted).
 costs ms(R), its measured points joined linearly (`pass_ms`); a window without a draft is a plain
 step, ms(1)) and gives the predicted tok/s per
 prompt; `choose` takes the configuration with the highest median tok/s, and None when none beats
-plain decoding (1000 / ms(1)) by at least MIN_GAIN.
+plain decoding (1000 / ms(1)) by at least MIN_GAIN. llama.cpp's loop costs more than the pass a
+drafted window runs (engine.tuning.llamacpp_loop measures how much): `row_overhead` and
+`window_overhead` add it, in plain steps per drafted row and per drafted window.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ GRID_N = (1, 2, 3, 4, 5, 6, 8, 12)
 GRID_M = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 63)
 MAP_GRID_N = (2, 3, 4, 6, 8, 12)
 MAP_GRID_M = (4, 8, 12, 16, 24, 32, 48)
-# a predicted gain below this is within the noise of the measured curve: plain decoding is kept
-MIN_GAIN = 1.02
+# a predicted gain below this is within the noise of the curve and the loop's calibration (issue
+# 33: an export must never recommend a loss): plain decoding is kept
+MIN_GAIN = 1.05
 # arg.cpp / common.h defaults of the pinned tree (server README: --spec-ngram-simple-size-n 12 ...)
 DEFAULT_SIZE_N, DEFAULT_SIZE_M = 12, 48
 
@@ -167,13 +170,19 @@ def pass_ms(profile: CostProfile):
 
 
 def price(streams: Sequence[Stream], profile: CostProfile,
-          grid: Iterable[LlamaCppConfig] | None = None, row_overhead: float = 0.0) -> list[Priced]:
+          grid: Iterable[LlamaCppConfig] | None = None, row_overhead: float = 0.0,
+          window_overhead: float = 0.0) -> list[Priced]:
     """Every configuration of `grid` priced on `profile`, best first. row_overhead: what each
     drafted row costs beyond the profile's pass, in plain steps (llama-bench's prompt pass
-    computes one row of logits, a verify pass all of them and samples each: measured by
-    bench/llamacpp_spec.py --sweep --profile; 0 trusts the curve)."""
+    computes one row of logits, a verify pass all of them and samples each); window_overhead:
+    what each window that drafted costs beyond it (graphs rebuilt as the batch size changes).
+    Both measured by `roofline --engine llamacpp` (engine.tuning.llamacpp_loop) or, the row's
+    alone, bench/llamacpp_spec.py --sweep --profile; 0 trusts the curve."""
     if not 0.0 <= row_overhead < 10.0:
         raise ParameterError(f"--row-overhead is in plain steps per drafted row, 0 to 10; got {row_overhead}")
+    if not 0.0 <= window_overhead < 100.0:
+        raise ParameterError(f"the window overhead is in plain steps per drafted window, 0 to 100; "
+                             f"got {window_overhead}")
     if not streams:
         raise ParameterError("no prompts to price: the sweep has no plain-decoding outputs")
     grid = list(default_grid() if grid is None else grid)
@@ -182,7 +191,7 @@ def price(streams: Sequence[Stream], profile: CostProfile,
     one = base(1)
 
     def cost(rows: int) -> float:
-        return base(rows) + row_overhead * one * (rows - 1)
+        return base(rows) + (one * (window_overhead + row_overhead * (rows - 1)) if rows > 1 else 0.0)
     indexes: dict[tuple[str, int], NgramSimpleIndex] = {}
     out = []
     for cfg in grid:
@@ -208,6 +217,16 @@ def price(streams: Sequence[Stream], profile: CostProfile,
                                "tokens_per_pass": round(r["tokens_per_pass"], 3)} for r in rows)))
     out.sort(key=lambda p: (-p.tok_s, p.config))
     return out
+
+
+def by_category(p: Priced) -> dict[str, float]:
+    """A priced configuration's median x plain per prompt category (its prompts' tok/s over the
+    profile's plain tok/s), in the order the categories first appear."""
+    plain = p.tok_s / p.ratio if p.ratio else 0.0
+    cats: dict[str, list[float]] = {}
+    for r in p.per_prompt:
+        cats.setdefault(r.get("category") or "all", []).append(r["tok_s"])
+    return {c: round(statistics.median(xs) / plain, 4) if plain else 0.0 for c, xs in cats.items()}
 
 
 def choose(priced: Sequence[Priced], min_gain: float = MIN_GAIN) -> Priced | None:
@@ -280,9 +299,9 @@ class SweepPricing:
 
 def price_sweep(result: dict[str, Any], profile: CostProfile,
                 grid: Iterable[LlamaCppConfig] | None = None, min_gain: float = MIN_GAIN,
-                row_overhead: float = 0.0) -> SweepPricing:
+                row_overhead: float = 0.0, window_overhead: float = 0.0) -> SweepPricing:
     streams = streams_from_sweep(result, sweep_prompt_ids(result))
-    ranked = price(streams, profile, grid, row_overhead)
+    ranked = price(streams, profile, grid, row_overhead, window_overhead)
     return SweepPricing(ranked, choose(ranked, min_gain), plain_tok_s(profile), len(streams),
                         sweep_is_greedy(result))
 
