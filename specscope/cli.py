@@ -25,6 +25,9 @@ from specscope.sweep_cmd import add_export_args, add_sweep_args
 
 
 COMMON_DEFAULTS = {"model": None, "device": "auto", "dtype": "auto", "weights": "auto"}
+# commands that decode or time our passes with torch's threads as the window's (sweep and bench
+# have a --threads of their own; roofline's is llama-bench's)
+THREADED = ("generate", "roofline", "lesson")
 
 
 def add_model_args(p: argparse.ArgumentParser, top: bool = True) -> None:
@@ -52,8 +55,10 @@ def _add_setting(g, f, default, dest: str | None = None) -> None:
     if f.kind is bool:
         g.add_argument(f.flag, action=argparse.BooleanOptionalAction, default=default, help=f.help, **extra)
     else:
+        # the metavar from the flag, never from `dest` (the window's gui_ names are internal)
+        metavar = f.metavar or (None if f.choices else f.flag.lstrip("-").upper().replace("-", "_"))
         g.add_argument(f.flag, type=None if f.kind is str else f.kind, default=default,
-                       choices=f.choices or None, metavar=f.metavar, help=f.help, **extra)
+                       choices=f.choices or None, metavar=metavar, help=f.help, **extra)
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -77,6 +82,16 @@ def add_window_draft_args(w) -> None:
     for name in ("draft", "draft_model", "exit_layer", "depth", "temperature"):
         default = 0.0 if name == "temperature" else getattr(d, name)
         _add_setting(w, BY_NAME[name], default, dest=f"gui_{name}")
+
+
+def positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return n
 
 
 def window_size(text: str) -> tuple[int, int]:
@@ -120,13 +135,15 @@ def cmd_generate(a: argparse.Namespace) -> int:
     rt = open_runtime(a.model, a.device, a.dtype, progress=None if quiet else Progress(),
                       weights=a.weights)
     ids = encode_prompt(rt.tokenizer, prompt)
-    dec = Decoder(rt, ids, settings, detail=False,
+    profile, probe_s = _cost_profile(rt, settings)
+    dec = Decoder(rt, ids, settings, detail=False, profile=profile,
                   open_model=draft_opener(rt, weights=a.weights),
-                  progress=None if quiet else Progress())   # a first --adaptive run probes
+                  progress=Progress())        # a draft model's first run probes its cost too
     if dec.notice:                            # e.g. a draft model larger than the target
         print(f"specscope: {dec.notice}", file=sys.stderr)
     if quiet:
         report = dec.run()
+        report["probe_s"] = probe_s
         verdict = _check_exact(a, rt, ids, settings, report["tokens"], quiet)
         if verdict is not None:
             report["check_exact"] = verdict.to_dict()
@@ -140,16 +157,45 @@ def cmd_generate(a: argparse.Namespace) -> int:
             sys.stdout.flush()
             shown = text
     report = dec.report()
+    report["probe_s"] = probe_s
     print()
     summary = {k: report[k] for k in ("new_tokens", "windows", "tokens_per_pass", "tok_s",
-                                      "wall_s", "load_s", "finish_reason", "device", "dtype",
-                                      "activation_dtype", "weight_format")}
+                                      "wall_s", "load_s", "probe_s", "finish_reason", "device",
+                                      "dtype", "activation_dtype", "weight_format")}
     print(json.dumps(summary), file=sys.stderr)
     verdict = _check_exact(a, rt, ids, settings, report["tokens"], quiet)
     if verdict is None:
         return 0
     print(f"check-exact: {verdict.verdict}")
     return verdict.exit_status
+
+
+def _cost_profile(rt, settings: DecodeSettings):
+    """(the device's cost profile, seconds spent finding it) for a run whose windows are priced
+    (adaptive); (None, 0.0) otherwise. A first run on this model and device measures it (about a
+    minute on a CPU), said on stderr with progress even with --json; the report's wall_s runs
+    from the prefill on, so the probe's time is its own field, probe_s."""
+    import time
+    if not (settings.adaptive and settings.draft != "none"):
+        return None, 0.0
+    from engine.cost.probe import card_profile
+    t0 = time.perf_counter()
+    profile = card_profile(rt, progress=Progress(), check=True)
+    return profile, round(time.perf_counter() - t0, 3)
+
+
+def _use_threads(a: argparse.Namespace) -> None:
+    """--threads N, else what the window uses (one core left for its UI: see
+    engine.model.device.leave_a_core_for_the_ui), so a profile measured here prices the window
+    right and the other way round."""
+    import torch
+
+    from engine.model.device import leave_a_core_for_the_ui
+    n = getattr(a, "threads", None) if a.command == "generate" else None
+    if n:
+        torch.set_num_threads(n)
+    else:
+        leave_a_core_for_the_ui()
 
 
 def _check_exact(a: argparse.Namespace, rt, ids, settings, tokens, quiet: bool):
@@ -212,8 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--size", metavar="WxH", type=window_size,
                    help="the window's size in pixels, e.g. 1280x720 (default 1640x1000)")
     w.add_argument("--replay", metavar="JSONL", help="open a recording instead of a model")
-    w.add_argument("--prompt-file", "--gui-prompt-file", dest="gui_prompt_file",
+    w.add_argument("--prompt-file", "--gui-prompt-file", dest="gui_prompt_file", metavar="FILE",
                    help="prompt for the window: .txt raw text; .json chat messages")
+    w.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="torch CPU threads (default: every core but one, the other for the window)")
     w.add_argument("--no-probe", action="store_true",
                    help="do not probe the card's verify cost when no saved profile exists")
     add_window_draft_args(w)
@@ -223,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(g, top=False)
     add_decode_args(g)
     g.add_argument("--json", action="store_true", help="print one JSON report")
+    g.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="torch CPU threads (default: as the window, every core but one)")
     g.add_argument("--check-exact", action="store_true",
                    help="after the run, decode the prompt plainly (draft none, greedy) and compare: "
                         "'identical to plain decoding' or where it first differs; exit status 3 "
@@ -307,10 +357,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"cannot write{where}: {e.strerror or e}; free some space (or write elsewhere)")
 
 
+def _quiet_qt() -> None:
+    """Qt's "propagateSizeHints()" notice filtered out (workbench.qt_messages), where Qt is
+    installed (a lesson runs without the GUI extra too)."""
+    try:
+        from workbench.qt_messages import install_message_filter
+        install_message_filter()
+    except ImportError:
+        pass
+
+
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     a = parser.parse_args(argv)
+    if a.command in (None, "lesson"):      # these may draw offscreen: Qt's noise left out
+        _quiet_qt()
+    if a.command in THREADED:
+        _use_threads(a)
     try:
         if a.command is None:
             from workbench.app import main as gui_main   # Qt only here, never in the engine

@@ -103,6 +103,8 @@ MODEL_TESTS: dict[str, tuple[str, ...]] = {
     "tests/workbench/test_window_fit.py": ("test_a_path_that_is_no_model_is_one_line_and_exit_2",),
     "tests/workbench/test_workbench.py": ("test_engine_imports_without_qt",),
     "tests/workbench/test_qt_libs.py": ("test_the_window_says_what_is_missing_and_exits_2",),
+    "tests/specscope/test_cli_probe.py": (
+        "test_the_first_generate_says_it_measures_the_device_and_reports_the_time_apart",),
 }
 
 

@@ -80,7 +80,11 @@ def main(args: argparse.Namespace) -> int:
     from workbench.window import MainWindow
     from workbench.host import RuntimeSpec
 
-    leave_a_core_for_the_ui()
+    if getattr(args, "threads", None):
+        import torch
+        torch.set_num_threads(args.threads)
+    else:
+        leave_a_core_for_the_ui()
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "specscope"])
     app.setApplicationName("specscope")
     theme.apply_theme(app)

@@ -218,21 +218,68 @@ def run_probe(runtime: VerifyTimer, context: int = DEFAULT_CONTEXT, rows: Sequen
                                           "n_layers": n_layers} if exits else {})})
 
 
+def rows_text(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def expected_probe_s(round_s: float, repeats: int, budget_s: float | None) -> float:
+    """How long the timed rounds take (probe's loop) when one round takes `round_s`: it stops
+    after the first round past the budget, never before MIN_REPEATS rounds nor after `repeats`."""
+    if budget_s is None or round_s <= 0:
+        return round_s * repeats
+    rounds = max(min(MIN_REPEATS, repeats), int(budget_s // round_s) + 1)
+    return round_s * min(repeats, rounds)
+
+
+def probe_plan_text(runtime: VerifyTimer, context: int, probe_args: dict[str, Any]) -> str:
+    """What a probe measures and about how long it takes, said before it starts (a first run
+    on a CPU spends about a minute here)."""
+    gpu = device_type(runtime) != "cpu"
+    rows = list(probe_args.get("rows") or (GPU_ROWS if gpu else CPU_ROWS))
+    budget = probe_args.get("budget_s") or (GPU_BUDGET_S if gpu else CPU_BUDGET_S)
+    return (f"measuring this device's verify cost, once for this model and dtype (saved for the "
+            f"next start): passes of {', '.join(map(str, rows))} rows at context {context}, "
+            f"up to about {budget:.0f} s of timing after a warm-up")
+
+
 def probe_profile(runtime: VerifyTimer, context: int = DEFAULT_CONTEXT,
                   progress: Callable[[str, float], None] | None = None, save: bool = False,
                   **probe_args: Any) -> CostProfile:
     """The workbench's entry: probe with the device's defaults, report progress as
-    (message, fraction), optionally save to the per-user cache (so `find_profile` sees it)."""
+    (message, fraction), optionally save to the per-user cache (so `find_profile` sees it).
+    The messages say what is measured and the time left (from the rounds timed so far)."""
+    gpu = device_type(runtime) != "cpu"
+    repeats = probe_args.get("repeats") or (GPU_REPEATS if gpu else CPU_REPEATS)
+    budget = probe_args.get("budget_s") or (GPU_BUDGET_S if gpu else CPU_BUDGET_S)
+    per_round = len(probe_args.get("rows") or (GPU_ROWS if gpu else CPU_ROWS))
+    max_rows = max(probe_args.get("rows") or (GPU_ROWS if gpu else CPU_ROWS))
+    rounds_s = [0.0, 0.0]        # time of the rounds done so far; the fraction said last
 
     def relay(p: ProbeProgress) -> None:
-        if progress is not None:
-            progress(f"probing verify cost: {p.rows} rows ({p.done}/{p.total})", p.done / p.total)
+        if progress is None:
+            return
+        # the message changes once a round (a log gets a line a round), the bar every pass;
+        # the time left is from the rounds done, so it holds still within a round
+        left, frac = "", p.done / p.total
+        if p.round > 1:
+            round_s = rounds_s[0] / (p.round - 1)
+            total_s = expected_probe_s(round_s, repeats, budget)
+            left = f", about {max(0.0, total_s - rounds_s[0]):.0f} s left"
+            frac = min(p.elapsed_s / max(total_s, 1e-9), 0.99)
+        frac = rounds_s[1] = max(frac, rounds_s[1])      # a bar never moves back
+        if p.done % per_round == 0:
+            rounds_s[0] = p.elapsed_s
+        progress(f"measuring verify cost: round {p.round} of up to {repeats}, passes of 1 to "
+                 f"{rows_text(max_rows)}{left}", frac)
 
+    if progress is not None:
+        progress(probe_plan_text(runtime, context, probe_args), 0.0)
     profile = run_probe(runtime, context=context, progress=relay, **probe_args)
     if save:
         profile.save(profile_path(profile.device, profile.model, profile.dtype))
     if progress is not None:
-        progress("probe done", 1.0)
+        took = profile.extra.get("probe_s")
+        progress(f"verify cost measured in {took:.0f} s" if took else "verify cost measured", 1.0)
     return profile
 
 

@@ -120,7 +120,8 @@ def test_workbench_probe_entry_reports_fractions(timer, tmp_path, monkeypatch):
     msgs: list[tuple[str, float]] = []
     prof = probe_profile(timer, context=64, progress=lambda m, f: msgs.append((m, f)), save=True,
                          rows=[1, 2, 4], repeats=1, warmup=0)
-    assert [f for _, f in msgs] == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0])
+    # the plan first (0), then each pass, then done
+    assert [f for _, f in msgs] == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0, 1.0])
     assert find_profile(timer.device_name, timer.model_id, "float32") == prof
 
 
