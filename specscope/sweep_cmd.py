@@ -141,9 +141,10 @@ def add_export_args(p: argparse.ArgumentParser) -> None:
                    help="--format llamacpp: choose the llama.cpp configuration with the most tokens "
                         "per ms on this llama.cpp profile (specscope roofline --engine llamacpp, or a "
                         "llama-bench -o json file), acceptance replayed from the sweep's plain runs")
-    p.add_argument("--row-overhead", type=float, default=0.0, metavar="STEPS",
+    p.add_argument("--row-overhead", type=float, default=None, metavar="STEPS",
                    help="--price-with: what each drafted row costs beyond llama-bench's pass, in "
-                        "plain steps (bench/llamacpp_spec.py --sweep --profile measures it; default 0)")
+                        "plain steps (default: the profile's calibration of llama.cpp's loop, "
+                        "measured by roofline --engine llamacpp; given, it replaces it)")
     p.add_argument("--check-binary", metavar="PATH", default=None,
                    help="--format llamacpp: run PATH --help (your llama-server, llama-cli or "
                         "llama-speculative-simple) and name any exported flag it rejects")
@@ -154,7 +155,8 @@ def run_export(a: argparse.Namespace) -> int:
     if (a.price_with or a.check_binary) and a.format != "llamacpp":
         raise ParameterError("--price-with and --check-binary are for --format llamacpp")
     if a.price_with:
-        text, report, notes = _priced_llamacpp(a, res)
+        from specscope.export_llamacpp import priced_llamacpp
+        text, report, notes = priced_llamacpp(a, res)
         for line in report:
             print(line, file=sys.stderr)
     else:
@@ -171,26 +173,3 @@ def run_export(a: argparse.Namespace) -> int:
             raise ParameterError(f"{a.check_binary} rejects " + "; ".join(f"{f} ({why})" for f, why in bad))
         print(f"checked: {a.check_binary} takes every flag of this command", file=sys.stderr)
     return 0
-
-
-def _priced_llamacpp(a: argparse.Namespace, res: dict) -> tuple[str, list[str], list[str]]:
-    """(the command or the plain-decoding line, the pricing report, notes)."""
-    from engine.cost.llamacpp_bench import llamacpp_label, load_llama_bench_json
-    from engine.tuning.llamacpp_export import (NO_GAIN, PER_SERVER, REMOVED, command, priced_lines,
-                                               type_notes)
-    from engine.tuning.llamacpp_price import price_sweep
-    profile = load_llama_bench_json(a.price_with)
-    p = price_sweep(res, profile, row_overhead=a.row_overhead)
-    label = f"{llamacpp_label(profile)} on {profile.device.split(' · ')[0]}, {profile.model}, depth {profile.context}"
-    report = priced_lines(p.chosen, p.ranked, p.plain_tok_s, label)
-    notes = [f"acceptance replayed from the sweep's plain runs on {p.prompts} prompts"
-             + (f"; each drafted row priced {a.row_overhead:g} plain steps above llama-bench's pass"
-                if a.row_overhead else "; windows priced on llama-bench's prompt passes (one row "
-                "of logits: add --row-overhead from bench/llamacpp_spec.py where a verify costs more)")]
-    if not p.greedy:
-        notes.append("the sweep was sampled: the replay assumes greedy outputs, so the prediction is rougher")
-    if p.chosen is None:
-        return NO_GAIN, report, notes
-    model = str((res.get("model") or {}).get("source") or "MODEL.gguf")
-    return (shlex.join(command(model, p.chosen.config)), report,
-            notes + type_notes(p.chosen.config) + [PER_SERVER, REMOVED])

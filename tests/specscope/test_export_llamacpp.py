@@ -14,6 +14,7 @@ import pytest
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp"
 CPU_BENCH = FIX / "llama-bench_cpu-t1_smollm2-q4_1_d1024.json"
+H200_BENCH = FIX / "llama-bench_h200_smollm2-q4_1_d1000.json"
 OLD_EXPORT = ("-m m.gguf --spec-type ngram-simple --spec-ngram-size-n 4 --spec-ngram-size-m 16 "
               "--draft-max 16 --draft-min 0")      # what specscope exported before (issue 23)
 
@@ -186,3 +187,72 @@ def test_calibrated_on_llamacpps_real_loop_nothing_pays_on_this_cpu(sweep, tmp_p
     code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "llamacpp", "--price-with",
                              str(CPU_BENCH), "--row-overhead", str(e))
     assert code == 0 and out.strip() == "plain decoding: no speculative configuration pays on this card"
+
+
+def _calibrated(src: Path, dest: Path, row: float, window: float = 0.0) -> Path:
+    """The profile of `src` with a loop calibration of these overheads, saved at `dest`."""
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_loop import LoopCalibration, with_calibration
+    cal = LoopCalibration(row, window, 0.0, 0.0, 128, date="test")
+    with_calibration(load_llama_bench_json(src), cal).save(dest)
+    return dest
+
+
+def test_the_export_prices_with_the_profiles_loop_calibration_by_default(sweep, tmp_path, capsys) -> None:
+    """The CPU row overhead calibrated from llama.cpp's real runs (fixture above), kept in the
+    profile: the export applies it without being told (plain decoding, as llama.cpp's runs
+    said); an explicit --row-overhead replaces it; a profile without one says so."""
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_price import calibrate_row_overhead, streams_from_sweep, sweep_prompt_ids
+    bench = json.loads((FIX / "llamacpp_spec_cpu_code-edit.json").read_text())
+    e = calibrate_row_overhead(streams_from_sweep(sweep, sweep_prompt_ids(sweep)),
+                               load_llama_bench_json(CPU_BENCH), bench["runs"], bench["variants"])["row_overhead"]
+    prof = _calibrated(CPU_BENCH, tmp_path / "cpu_calibrated.json", e)
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    args = ["--from", str(tmp_path), "--format", "llamacpp", "--price-with"]
+    code, out, err = _export(capsys, *args, str(prof))
+    assert code == 0 and out.strip() == "plain decoding: no speculative configuration pays on this card"
+    assert f"each drafted row {e:.2f} plain steps" in err and "recommendation: plain decoding" in err
+    code, out, err = _export(capsys, *args, str(prof), "--row-overhead", "0")
+    assert code == 0 and shlex.split(out)[0] == "llama-server" and "--row-overhead" in err
+    code, out, err = _export(capsys, *args, str(CPU_BENCH))
+    assert code == 0 and shlex.split(out)[0] == "llama-server"
+    assert "no calibration of llama.cpp's loop" in err
+
+
+def _window_overhead_for(sweep: dict, src: Path, ratio: float) -> float:
+    """The window overhead at which the best configuration is priced at `ratio` x plain. A
+    prompt's ms is linear in the overhead, so two pricings give every other (1 / tok/s)."""
+    import statistics
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_price import plain_tok_s, price, streams_from_sweep, sweep_prompt_ids
+    prof, streams = load_llama_bench_json(src), streams_from_sweep(sweep, sweep_prompt_ids(sweep))
+    at0 = {p.config: [1 / r["tok_s"] for r in p.per_prompt] for p in price(streams, prof, None, 0.0, 0.0)}
+    at1 = {p.config: [1 / r["tok_s"] for r in p.per_prompt] for p in price(streams, prof, None, 0.0, 1.0)}
+
+    def best(w: float) -> float:
+        return max(statistics.median(1 / (a + w * (b - a)) for a, b in zip(at0[c], at1[c])) for c in at0) \
+            / plain_tok_s(prof)
+    lo, hi = 0.0, 20.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if best(mid) > ratio else (lo, mid)
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("ratio,pays", [(1.03, False), (1.10, True)])
+def test_plain_decoding_below_1_05x_and_a_configuration_above(ratio, pays, sweep, tmp_path, capsys) -> None:
+    """The H200 curve, its windows made dearer until the best configuration is priced at 1.03x
+    plain (within the noise: plain decoding is recommended, exit 0) or 1.10x (it is exported)."""
+    w = _window_overhead_for(sweep, H200_BENCH, ratio)
+    prof = _calibrated(H200_BENCH, tmp_path / "h200.json", 0.0, w)
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    code, out, err = _export(capsys, "--from", str(tmp_path), "--format", "llamacpp", "--price-with", str(prof))
+    assert code == 0, err
+    if pays:
+        assert shlex.split(out)[:2] == ["llama-server", "-m"] and f"({ratio:.2f}x plain" in err
+        assert "recommendation" not in err
+    else:
+        assert out.strip() == "plain decoding: no speculative configuration pays on this card"
+        assert "recommendation: plain decoding (no speculation): no configuration is predicted at 1.05x" in err
+        assert f"is predicted at {ratio:.2f}x" in err
