@@ -44,6 +44,42 @@ canonical_name = HF_NAMES.canonical       # and back (None: a tensor the model d
 def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig:
     path = folder / "config.json"
     raw = read_json_object(path, "the model config")
+    arch = _architecture(raw, path)
+
+    def count(key: str, field: str, default: Any = None) -> int | None:
+        return _count(raw, path, key, field, default)
+
+    hidden, n_heads = count("hidden_size", "hidden_size"), count("num_attention_heads", "n_heads")
+    rope = _rope_fields(raw, path)
+    theta = _real(rope, path, "rope_theta", _real(raw, path, "rope_theta", 10000.0))
+    if _flag(raw, path, "mlp_bias"):
+        raise ModelLoadError(f"{path}: mlp_bias=true is not supported.")
+    try:
+        return ModelConfig(
+            arch=arch,
+            vocab_size=count("vocab_size", "vocab_size"),
+            hidden_size=hidden,
+            intermediate_size=count("intermediate_size", "intermediate_size"),
+            n_layers=count("num_hidden_layers", "n_layers"),
+            n_heads=n_heads,
+            n_kv_heads=count("num_key_value_heads", "n_kv_heads") or n_heads,
+            head_dim=count("head_dim", "head_dim") or hidden // n_heads,
+            rms_eps=_real(raw, path, "rms_norm_eps", 1e-6),
+            rope_theta=theta,
+            rope_scaling=_rope_scaling(rope, raw, path),
+            max_context=count("max_position_embeddings", "max_context", 4096),
+            tie_embeddings=_flag(raw, path, "tie_word_embeddings"),
+            qkv_bias=arch == "qwen2" or _flag(raw, path, "attention_bias"),
+            qk_norm=arch == "qwen3",
+            bos_id=tokenizer.bos_id if tokenizer else raw.get("bos_token_id"),
+            eos_ids=tokenizer.eos_ids if tokenizer else (),
+        )
+    except (ValueError, TypeError) as e:
+        raise ModelLoadError(f"{path}: inconsistent model config: {e}") from e
+
+
+def _architecture(raw: dict, path: Path) -> str:
+    """'llama', 'qwen2' or 'qwen3', from model_type or else the architectures list."""
     archs = raw.get("architectures") or []
     if not isinstance(archs, list):
         archs = [archs]
@@ -56,20 +92,11 @@ def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig
             f"supported; specscope runs {', '.join(ARCHITECTURES)} models (LlamaForCausalLM, "
             "Qwen2ForCausalLM, Qwen3ForCausalLM)."
         )
+    return arch
 
-    def count(key: str, field: str, default: Any = None) -> int | None:
-        v = raw.get(key, default)
-        if v is None:
-            if default is None and field in _REQUIRED:
-                raise ModelLoadError(f"{path}: config.json lacks {key!r}; the folder is incomplete.")
-            return None
-        return as_int(v, f"{path}: {key}", *INT_LIMITS[field])
 
-    def real(d: dict, key: str, default: float) -> float:
-        v = d.get(key)
-        return default if v is None else as_float(v, f"{path}: {key}")
-
-    hidden, n_heads = count("hidden_size", "hidden_size"), count("num_attention_heads", "n_heads")
+def _rope_fields(raw: dict, path: Path) -> dict:
+    """rope_scaling and rope_parameters merged into one dict."""
     # transformers >= 5 writes rope_parameters {rope_theta, rope_type, ...}; older configs use
     # rope_theta + rope_scaling {type|rope_type, factor, ...}.
     rope: dict = {}
@@ -79,39 +106,31 @@ def read_config(folder: Path, tokenizer: Tokenizer | None = None) -> ModelConfig
             raise ModelLoadError(f"{path}: {key} is {part!r}; an object like "
                                  '{"rope_type": "llama3", "factor": 8.0} is needed here.')
         rope.update(part or {})
-    theta = real(rope, "rope_theta", real(raw, "rope_theta", 10000.0))
-    def flag(key: str) -> bool:
-        v = raw.get(key)
-        if v is None:
-            return False
-        if not isinstance(v, bool):         # "false" as a string would read as true
-            raise ModelLoadError(f"{path}: {key} is {v!r}; true or false is needed here.")
-        return v
+    return rope
 
-    if flag("mlp_bias"):
-        raise ModelLoadError(f"{path}: mlp_bias=true is not supported.")
-    try:
-        return ModelConfig(
-            arch=arch,
-            vocab_size=count("vocab_size", "vocab_size"),
-            hidden_size=hidden,
-            intermediate_size=count("intermediate_size", "intermediate_size"),
-            n_layers=count("num_hidden_layers", "n_layers"),
-            n_heads=n_heads,
-            n_kv_heads=count("num_key_value_heads", "n_kv_heads") or n_heads,
-            head_dim=count("head_dim", "head_dim") or hidden // n_heads,
-            rms_eps=real(raw, "rms_norm_eps", 1e-6),
-            rope_theta=theta,
-            rope_scaling=_rope_scaling(rope, raw, path),
-            max_context=count("max_position_embeddings", "max_context", 4096),
-            tie_embeddings=flag("tie_word_embeddings"),
-            qkv_bias=arch == "qwen2" or flag("attention_bias"),
-            qk_norm=arch == "qwen3",
-            bos_id=tokenizer.bos_id if tokenizer else raw.get("bos_token_id"),
-            eos_ids=tokenizer.eos_ids if tokenizer else (),
-        )
-    except (ValueError, TypeError) as e:
-        raise ModelLoadError(f"{path}: inconsistent model config: {e}") from e
+
+def _count(raw: dict, path: Path, key: str, field: str, default: Any = None) -> int | None:
+    """An integer field within INT_LIMITS[field]; None when absent and neither required nor defaulted."""
+    v = raw.get(key, default)
+    if v is None:
+        if default is None and field in _REQUIRED:
+            raise ModelLoadError(f"{path}: config.json lacks {key!r}; the folder is incomplete.")
+        return None
+    return as_int(v, f"{path}: {key}", *INT_LIMITS[field])
+
+
+def _real(d: dict, path: Path, key: str, default: float) -> float:
+    v = d.get(key)
+    return default if v is None else as_float(v, f"{path}: {key}")
+
+
+def _flag(raw: dict, path: Path, key: str) -> bool:
+    v = raw.get(key)
+    if v is None:
+        return False
+    if not isinstance(v, bool):         # "false" as a string would read as true
+        raise ModelLoadError(f"{path}: {key} is {v!r}; true or false is needed here.")
+    return v
 
 
 def read_json_object(path: Path, what: str) -> dict:
