@@ -138,3 +138,30 @@ def test_deep_tree_scrolls_instead_of_shrinking(qtbot, make_window):
     assert canvas.transform().m11() >= MIN_SCALE
     wide = canvas.sceneRect().width() * canvas.transform().m11() > canvas.viewport().width()
     assert wide == canvas.horizontalScrollBar().isVisible()
+
+
+def test_stats_axes_and_legends(qtbot, make_window):
+    """An empty stats view shows depth from 1 and γ from 0 on whole-number ticks; every plot's
+    legend names each of its curves; the stats and the roofline quote one baseline."""
+    from workbench.views.stats import LEGENDS, StatsView
+    view = StatsView()
+    qtbot.addWidget(view)
+    view.resize(420, 500)
+    view.show()
+    for plot, lo in ((view.p_depth, 1), (view.p_gamma, 0)):
+        (x0, x1), _ = plot.getViewBox().viewRange()
+        assert x0 == lo - 0.5 and x1 > lo + 1
+        ticks = [v for _, vals in plot.getAxis("bottom").tickValues(x0, x1, 200) for v in vals]
+        assert ticks and all(float(v).is_integer() and v >= lo for v in ticks), ticks
+    assert view.p_gamma.getViewBox().viewRange()[1][0] == 0
+    keys = {t: view.keys[t].text for t in LEGENDS}
+    for title, words in (("throughput", ("run", "each window", "plain decoding")),
+                         ("tokens / window", ("accepted", "bonus", "correction", "target", "running mean")),
+                         ("reach by depth", ("run", "theory")), ("tokens / pass vs γ", ("run", "theory"))):
+        assert all(w in keys[title] for w in words), (title, keys[title])
+    win = _run(qtbot, make_window)
+    win.render_all()
+    label = win.stats.state["baseline"]
+    assert label and label.startswith("plain decoding ") and label.endswith(("(measured)", "(probe)"))
+    assert label == win.roofline.state["baseline"] and label in win.roofline.info.full_text()
+    assert label in win.stats.headline.text()

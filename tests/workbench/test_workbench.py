@@ -236,7 +236,8 @@ def test_live_run_views_match_events(qtbot, make_window, cpu_runtime, tmp_path):
     for name in ("rows", "output"):
         assert crop(whole, win, getattr(win, name)) == images[name], name
     # the tree: the panel's colour around it, the shown window's path in the outcome colours
-    tree = images["tree"]
+    tree = images["tree"]                                   # below its header and legend
+    tree = tree.copy(0, win.tree.export_top, tree.width(), tree.height() - win.tree.export_top)
     assert colour(tree, 0, 0) == "#22272e"
     assert path_colours(colours(tree)) == expected_path_colours(store[len(store) - 1])
     rows_csv = export.export_csv(win, tmp_path / "rows.csv")
@@ -464,7 +465,7 @@ def test_offscreen_run_draws_every_view_before_the_shot(qtbot, qapp, make_window
     # the ratio to AR is decode against decode: the run's own rate counts its prefill
     assert st["decode_tok_s"] > st["tok_s"] > 0
     if st["ar_tok_s"]:
-        assert f"{st['decode_tok_s'] / st['ar_tok_s']:.2f}× AR" in win.stats.headline.text()
+        assert f"{st['decode_tok_s'] / st['ar_tok_s']:.2f}×</b> decoding" in win.stats.headline.text()
 
 
 def test_render_all_draws_the_plots_while_a_run_streams(qtbot, make_window):

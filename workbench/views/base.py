@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from engine.cost.baseline import Baseline, plain_baseline
 from engine.speculation.events import ACCEPTED, REJECTED, WindowEvent
 
 from workbench.store import EventStore
@@ -67,3 +68,15 @@ class Part:
 
     def update_from(self, shown: Shown) -> None:
         self.draw(shown)
+
+
+def plain_step_ms(store: EventStore, upto: int) -> list[float]:
+    """Window ms of the run's plain decode steps (one-row windows) through window `upto`."""
+    return [e.window_ms for e in store.events[: upto + 1] if len(e.rows) == 1 and e.window_ms > 0]
+
+
+def baseline_of(store: EventStore | None, upto: int, probe_one_row_ms: float | None) -> Baseline | None:
+    """The plain-decoding baseline every view quotes (engine.cost.baseline): the run's plain steps
+    through `upto`, else the probe's one-row pass."""
+    steps = plain_step_ms(store, upto) if store is not None and upto >= 0 else []
+    return plain_baseline(steps, probe_one_row_ms)

@@ -4,7 +4,7 @@ Drawn: the probe's points and fit for this card (accent), the knee where extra r
 nearly free, reference cards to toggle, every window so far as a point (rows used, window ms;
 green when it emitted its tokens faster than plain decoding would have, red when slower), and the
 break-even line: the cost at which a window emitting the run's average tokens per pass only ties
-AR (tokens per pass × the one-row cost). Windows under it pay; where the fit crosses it is the
+plain decoding (tokens per pass × one plain step: engine.cost.baseline, measured or probed). Windows under it pay; where the fit crosses it is the
 most rows a window can afford at this acceptance.
 
 Curves are rebuilt only when a profile or an overlay changes; a new window only feeds setData.
@@ -19,10 +19,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QLabel, QMenu, QToolButton, QWidget
 
+from engine.cost.baseline import Baseline
+
 from workbench import theme
 from workbench.profiles import Curve, curve_from_profile
 from workbench.store import EventStore
-from workbench.views.base import Shown
+from workbench.views.base import Shown, baseline_of
 from workbench.widgets import ElidedLabel, column, row
 
 ROWS_GRID = np.unique(np.round(np.logspace(0, math.log10(512), 160)).astype(int))
@@ -131,12 +133,13 @@ class RooflineView(QWidget):
         self._update_live()
 
     # ---- drawing ------------------------------------------------------------------------------
+    def baseline(self) -> Baseline | None:
+        """Plain decoding's speed, as the stats view quotes it (workbench.views.base.baseline_of)."""
+        return baseline_of(self._store, self._upto, self.card.one_row_ms() if self.card else None)
+
     def ar_ms(self) -> float | None:
-        if self.card is not None:
-            return self.card.one_row_ms()
-        if self._store is not None and self._upto >= 0:
-            return self._store.observed_ar_ms(self._upto)
-        return None
+        b = self.baseline()
+        return b.ms if b else None
 
     def _curves(self) -> list[tuple[Curve, str]]:
         curves = [(self.card, theme.ACCENT)] if self.card else []
@@ -246,8 +249,9 @@ class RooflineView(QWidget):
                 parts.append(f"knee ≈ {self.card.knee:.0f} rows")
         else:
             parts.append("no probe of this card yet")
-        if ar:
-            parts.append(f"AR ≈ {1000.0 / ar:.0f} tok/s")
+        base = self.baseline()
+        if base:
+            parts.append(base.label())
         self.info.setText(" · ".join(parts))
         curves = self._curves()
         this_card = f"this card ({self.weights})" if self.weights else "this card"
@@ -256,7 +260,7 @@ class RooflineView(QWidget):
         if self.card is None and self.weights:
             keys.append(f"<span style='color:{theme.MUTED}'>weights: {self.weights}</span>")
         keys.append(f"<span style='color:{theme.GREEN}'>●</span>/<span style='color:{theme.RED}'>●</span> "
-                    "windows faster / slower than AR" if ar else
+                    "windows faster / slower than plain decoding" if ar else
                     f"<span style='color:{theme.ACCENT}'>●</span> windows")
         if ar and n_pts:
             keys.append(f"<span style='color:{theme.AMBER}'>- -</span> break-even")
@@ -264,6 +268,7 @@ class RooflineView(QWidget):
         self.plot.setLabel("left", f"<span style='color:{theme.MUTED}'>"
                                    f"{'× one-row cost' if self.normalize.isChecked() else 'ms per pass'}</span>")
         self.state = {"points": n_pts, "ar_ms": ar, "tokens_per_pass": tpp,
+                      "baseline": base.label() if base else None,
                       "card": self.card.label if self.card else None,
                       "engine": self.engine.label if self.engine else None,
                       "references": sorted(self._shown_refs)}

@@ -9,32 +9,61 @@ over every window's run of accepts and its first reject).
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
+from engine.cost.baseline import Baseline
 from engine.speculation.events import BONUS, CORRECTION, TARGET
 
 from workbench import theme
 from workbench.store import EventStore
-from workbench.views.base import Part
+from workbench.views.base import Part, baseline_of
 from workbench.widgets import ElidedLabel, column, row
 
 FLOOR_COLOR = {"off": theme.MUTED, "probing": theme.AMBER, "speculating": theme.GREEN,
                "retired": theme.BLUE}
 
 
-def _title(text: str, *keys: tuple[str, str, str]) -> str:
-    items = " ".join(f"<span style='color:{c}'>{m}</span>&nbsp;{label}" for c, m, label in keys)
-    return (f"<span style='color:{theme.TEXT};font-size:9pt;font-weight:bold'>{text}</span>"
-            f"&nbsp;&nbsp;<span style='color:{theme.MUTED};font-size:8pt'>{items}</span>")
+def _title(text: str) -> str:
+    return f"<span style='color:{theme.TEXT};font-size:8.5pt;font-weight:bold'>{text}</span>"
+
+
+def _key(*lines: tuple[tuple[str, str, str], ...]) -> str:
+    """A plot's legend: lines of (colour, mark, label) keys, each line short enough for a plot a
+    fifth of a 1024-px window wide."""
+    return "<br>".join("&nbsp;&nbsp;".join(f"<span style='color:{c}'>{m}</span>&nbsp;{label}"
+                                           for c, m, label in line) for line in lines)
+
+
+# what each plot's curves are, named under the plot (read by tests)
+LEGENDS = {
+    "throughput": (((theme.ACCENT, "—", "run"), (theme.ACCENT, "·", "each window")),
+                   (("#e3b341", "- -", "plain decoding"),)),
+    "tokens / window": (((theme.GREEN, "■", "accepted"), (theme.AMBER, "■", "bonus")),
+                        ((theme.BLUE, "■", "correction"), (theme.TEXT, "■", "target")),
+                        ((theme.TEXT, "—", "running mean"),)),
+    "reach by depth": (((theme.GREEN, "●", "run"), (theme.MUTED, "- -", "theory α<sup>d</sup>")),),
+    "tokens / pass vs γ": (((theme.GREEN, "●", "run"), (theme.MUTED, "- -", "theory")),
+                           ((theme.ACCENT, "┆", "depth set"),)),
+}
 
 
 def _depth_setting(ev) -> int:
     """The draft depth the run asked for (a window near the token limit drafts less)."""
     return int((ev.settings or {}).get("depth", ev.depth))
+
+
+def _whole_axis(plot, lo: float, hi: float, axis: str = "bottom") -> None:
+    """An axis of whole numbers (depths, counts) from `lo` to `hi`, half a step of margin, and
+    ticks only on whole numbers, about six of them: never a depth -2 or a γ of 0.5."""
+    hi = max(hi, lo + 1)
+    step = max(1, math.ceil((hi - lo) / 6))
+    (plot.setXRange if axis == "bottom" else plot.setYRange)(lo - 0.5, hi + 0.5, padding=0)
+    plot.getAxis(axis).setTickSpacing(major=step, minor=step)
 
 
 def _shrinkable(label) -> None:
@@ -81,29 +110,24 @@ class StatsView(QWidget):
 
     def _build_plots(self) -> None:
         self.glw = pg.GraphicsLayoutWidget()
-        self.glw.ci.setSpacing(10)
-        self.p_tps = self.glw.addPlot(row=0, col=0)
-        self.p_pass = self.glw.addPlot(row=0, col=1)
-        self.p_depth = self.glw.addPlot(row=1, col=0)
-        self.p_gamma = self.glw.addPlot(row=1, col=1)
-        # legends live in the titles: inside plots this small they would cover the data
-        theme.style_plot(self.p_tps, "", "tok/s", "seconds")
-        theme.style_plot(self.p_pass, "", "tokens", "window")
-        theme.style_plot(self.p_depth, "", "P(path reaches d)", "draft depth d")
-        theme.style_plot(self.p_gamma, "", "tokens / pass", "draft depth γ")
-        self.p_tps.setTitle(_title("throughput", (theme.ACCENT, "—", "run"), (theme.AMBER, "- -", "AR")))
-        self.p_pass.setTitle(_title("tokens per window"))
-        self.p_pass.setToolTip("each bar: accepted drafts (green) plus the target's own token "
-                               "(amber bonus, blue correction); white line: running mean")
-        self.p_depth.setTitle(_title("acceptance by depth", (theme.GREEN, "●", "run"),
-                                     (theme.MUTED, "- -", "α<sup>d</sup>")))
-        self.p_gamma.setTitle(_title("tokens / pass vs γ", (theme.GREEN, "●", "run"),
-                                     (theme.MUTED, "- -", "theory")))
-        self.p_gamma.setToolTip("expected tokens per pass if drafts stopped at depth γ: measured "
-                                "1 + Σ P(path reaches d ≤ γ), theory (1 − α^(γ+1)) / (1 − α)")
-
-        for p in (self.p_tps, self.p_pass, self.p_depth, self.p_gamma):
-            _shrinkable(p.titleLabel)
+        self.glw.ci.setSpacing(4)
+        self.keys: dict[str, pg.LabelItem] = {}
+        plots = []
+        for i, (title, left, bottom) in enumerate((
+                ("throughput", "tok/s", "seconds"), ("tokens / window", "tokens", "window"),
+                ("reach by depth", "P(path reaches d)", "draft depth d"),
+                ("tokens / pass vs γ", "tokens / pass", "draft depth γ"))):
+            r, c = 2 * (i // 2), i % 2
+            p = self.glw.addPlot(row=r, col=c)
+            theme.style_plot(p, "", left, bottom)
+            p.setTitle(_title(title))
+            # the legend under the plot, not in it: inside plots this small it would cover the data
+            key = pg.LabelItem(_key(*LEGENDS[title]), size="8pt", color=theme.MUTED, justify="left")
+            self.glw.addItem(key, row=r + 1, col=c)
+            key.setFixedHeight(46)             # three lines at most
+            self.keys[title] = key
+            for label in (p.titleLabel, key):
+                _shrinkable(label)
             # fixed axis sizes: a tick label growing by a digit must not relayout the plots
             # (a relayout regenerates every axis: what that costs a frame is in BENCHMARKS.md,
             # "Workbench timings (moved from code comments)")
@@ -111,6 +135,15 @@ class StatsView(QWidget):
             p.getAxis("bottom").setHeight(36)
             p.hideButtons()
             p.setMenuEnabled(False)
+            plots.append(p)
+        self.p_tps, self.p_pass, self.p_depth, self.p_gamma = plots
+        _whole_axis(self.p_depth, 1, 8)
+        _whole_axis(self.p_gamma, 0, 8)
+        _whole_axis(self.p_pass, 0, 4, axis="left")
+        self.p_pass.setToolTip("each bar: accepted drafts (green) plus the target's own token "
+                               "(amber bonus, blue correction, white a plain step); white line: running mean")
+        self.p_gamma.setToolTip("expected tokens per pass if drafts stopped at depth γ: measured "
+                                "1 + Σ P(path reaches d ≤ γ), theory (1 − α^(γ+1)) / (1 − α)")
 
     def _build_curves(self) -> None:
         # curves are created once and fed with setData (pyqtgraph's fast path)
@@ -170,10 +203,12 @@ class StatsView(QWidget):
                 b.setOpts(x=[], y0=[], height=[])
             self.m_window.hide()
             self.m_gamma.hide()
-            for p, xr, yr in ((self.p_tps, (0, 10), (0, 10)), (self.p_pass, (0, 20), (0, 4)),
-                              (self.p_depth, (1, 8), (0, 1.05)), (self.p_gamma, (0, 8), (1, 4))):
-                p.setXRange(*xr, padding=0.02)
-                p.setYRange(*yr, padding=0.02)
+            self.p_tps.setRange(xRange=(0, 10), yRange=(0, 10), padding=0.02)
+            self.p_pass.setXRange(0, 20, padding=0.02)
+            _whole_axis(self.p_pass, 0, 4, axis="left")
+            _whole_axis(self.p_depth, 1, 8)
+            _whole_axis(self.p_gamma, 0, 8)
+            self.p_gamma.setYRange(0, 4, padding=0)
             self._empty = True
             self.headline.setText(f"<span style='color:{theme.MUTED}'>no windows yet</span>")
             self._fit_headline()
@@ -183,21 +218,19 @@ class StatsView(QWidget):
             self.state = {}
             return
         if self._empty:
-            for p in (self.p_tps, self.p_pass, self.p_gamma):
-                p.enableAutoRange()
-            self.p_depth.enableAutoRange(x=True, y=False)
+            self.p_tps.enableAutoRange()
+            self.p_pass.enableAutoRange(x=True, y=False)
             self._empty = False
         ev = store[upto]
         acc = store.acceptance(upto)
-        # AR's speed: the plain steps this run measured (same host overheads as its windows),
-        # else the cost profile's one-row pass
-        ar_ms = store.observed_ar_ms(upto, at_least=3) or self.ar_ms or store.observed_ar_ms(upto)
-        ar_tps = 1000.0 / ar_ms if ar_ms else None
+        # plain decoding's speed, as the roofline quotes it: the run's plain steps (same host
+        # overheads as its windows), else the probe's one-row pass (engine.cost.baseline)
+        base = baseline_of(store, upto, self.ar_ms)
         if part in ("all", "top"):
-            self._draw_top(store, upto, ev, ar_tps)
+            self._draw_top(store, upto, ev, base.tok_s if base else None)
         if part in ("all", "bottom"):
             self._draw_bottom(ev, acc)
-        self._describe(ev, acc, ar_tps, upto, store.decode_tok_s(upto), store.near_tie_windows(upto))
+        self._describe(ev, acc, base, upto, store.decode_tok_s(upto), store.near_tie_windows(upto))
         self._describe_drafter(store, upto, ev)
 
     def _describe_drafter(self, store: EventStore, upto: int, ev) -> None:
@@ -232,6 +265,7 @@ class StatsView(QWidget):
             m = kinds == k
             bar.setOpts(x=idx[m], y0=drafted[m], height=(per - drafted)[m])
         self.c_mean.setData(idx, np.cumsum(per) / np.arange(1, len(per) + 1))
+        _whole_axis(self.p_pass, 0, float(per.max()) if len(per) else 4.0, axis="left")
         self.m_window.setPos(ev.index)
         self.m_window.show()
 
@@ -248,21 +282,26 @@ class StatsView(QWidget):
                 self.c_theo_g.setData([], [])
             self.m_gamma.setPos(min(_depth_setting(ev), len(g) - 1))
             self.m_gamma.show()
+            _whole_axis(self.p_depth, 1, max(_depth_setting(ev), d.max()))
+            _whole_axis(self.p_gamma, 0, max(_depth_setting(ev), g.max()))
+            top = max([1.0, *acc.measured_tokens, *(acc.theory_tokens or [])])
+            self.p_gamma.setYRange(0, top * 1.1, padding=0)
         else:
             for c in (self.c_reach, self.c_alpha, self.c_meas_g, self.c_theo_g):
                 c.setData([], [])
             self.m_gamma.hide()
 
-    def _describe(self, ev, acc, ar_tps: float | None, upto: int, decode_tps: float | None,
+    def _describe(self, ev, acc, base: Baseline | None, upto: int, decode_tps: float | None,
                   ties: int = 0) -> None:
         """The headline: the run's tok/s (prefill included) and, decode against decode, its
-        speed over AR's (the prefill is the same for both and would only dilute the ratio);
+        speed over plain decoding's (the prefill is the same for both and would only dilute the ratio);
         and how many windows held a near tie (a row whose choice was within rounding noise:
         where rows are not bit-exact, the one place speculation may part from plain decoding)."""
         st = ev.stats
+        ar_tps = base.tok_s if base else None
         speed = (f" · <b style='color:{theme.GREEN if decode_tps >= ar_tps else theme.RED}'>"
-                 f"{decode_tps / ar_tps:.2f}× AR</b> decoding ({decode_tps:.1f} vs {ar_tps:.1f} tok/s)"
-                 ) if ar_tps and decode_tps else ""
+                 f"{decode_tps / ar_tps:.2f}×</b> decoding {decode_tps:.1f} tok/s vs {base.label()}"
+                 ) if base and decode_tps else ""
         alpha = ""
         if acc.alpha is not None and acc.theory_tokens:
             g = min(_depth_setting(ev), len(acc.theory_tokens) - 1)
@@ -279,4 +318,4 @@ class StatsView(QWidget):
         self.floor.setStyleSheet(f"color: {FLOOR_COLOR.get(state, theme.TEXT)};"
                                  f"border-color: {FLOOR_COLOR.get(state, theme.BORDER)};")
         self.state = {"windows": upto + 1, "alpha": acc.alpha, "reach": acc.reach,
-                      "ar_tok_s": ar_tps, "tok_s": st.tok_s, "decode_tok_s": decode_tps, "near_tie_windows": ties, "ar_floor": state}
+                      "ar_tok_s": ar_tps, "baseline": base.label() if base else None, "tok_s": st.tok_s, "decode_tok_s": decode_tps, "near_tie_windows": ties, "ar_floor": state}

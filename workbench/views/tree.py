@@ -178,6 +178,7 @@ class TokenTreeView(QWidget):
         self._states: list[NodeState] = []
         self._event: WindowEvent | None = None
         self._selected_row = -1
+        self.export_top = 0
         self.clear()
 
     # ---- public -----------------------------------------------------------------------------
@@ -256,6 +257,7 @@ class TokenTreeView(QWidget):
             x += adv + 40
         self.scene.render(p, QRectF(0, head_h + key_h + 8, r.width(), r.height()), r)
         p.end()
+        self.export_top = int((head_h + key_h + 8) * scale)    # where the tree starts in the image
         return img
 
     # ---- layout -----------------------------------------------------------------------------
