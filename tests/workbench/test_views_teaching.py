@@ -165,3 +165,27 @@ def test_stats_axes_and_legends(qtbot, make_window):
     assert label and label.startswith("plain decoding ") and label.endswith(("(measured)", "(probe)"))
     assert label == win.roofline.state["baseline"] and label in win.roofline.info.full_text()
     assert label in win.stats.headline.text()
+
+
+def test_penalty_strip_and_plot_do_not_overlap(qtbot, make_window):
+    """At 1280x720 and 1024x768 the history strip and the dumbbell plot, mapped to the window,
+    share no pixel, and the strip shows several lines."""
+    from PySide6.QtCore import QPoint, QRect
+    from engine.speculation.settings import DecodeSettings
+    settings = DecodeSettings.from_dict({"draft": "tree", "depth": 3, "width": 2, "max_new_tokens": 12,
+                                         "repeat_penalty": 1.3})
+    win = _run(qtbot, make_window, settings)
+    idx = next(i for i, ev in enumerate(win.store.events) if len(ev.rows) > 1)
+    for size in ((1280, 720), (1024, 768)):
+        win.resize(*size)
+        show(win, idx)
+        win.penalty.show_row(win.store[idx], 1)
+        qtbot.wait(100)
+        pv = win.penalty
+        assert pv.plot_widget.isVisible() and pv.history.isVisible()
+
+        def at(w):
+            return QRect(w.mapTo(win, QPoint(0, 0)), w.size())
+        assert not at(pv.history).intersects(at(pv.plot_widget)), size
+        assert pv.history.height() >= 3 * pv.history.fontMetrics().lineSpacing()
+        assert pv.plot_widget.height() >= 80

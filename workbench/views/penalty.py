@@ -15,7 +15,7 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSizePolicy, QTextBrowser, QWidget
+from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QSplitter, QTextBrowser, QWidget
 
 from engine.speculation.events import WindowEvent
 
@@ -63,9 +63,28 @@ class PenaltyView(QWidget):
         self.flips.setObjectName("muted")
         self.flips.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.flips.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.history.setMaximumHeight(66)
         self.plot.getAxis("left").setWidth(96)
-        column(self, self.header, self.history, (self.plot_widget, 1), row(self.legend, (self.flips, 1)))
+        # the strip and the plot share the height through a splitter (never drawn over each
+        # other); a dock too short for both scrolls instead of squeezing them together
+        plot_box = QWidget()
+        column(plot_box, (self.plot_widget, 1), row(self.legend, (self.flips, 1)), margins=(0, 0, 0, 0))
+        plot_box.setMinimumHeight(120)
+        self.plot_box = plot_box
+        self.history.setMinimumHeight(4 * self.history.fontMetrics().lineSpacing())
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.setChildrenCollapsible(False)
+        self.split.addWidget(self.history)
+        self.split.addWidget(plot_box)
+        self.split.setStretchFactor(0, 2)
+        self.split.setStretchFactor(1, 3)
+        inner = QWidget()
+        column(inner, self.header, (self.split, 1), margins=(0, 0, 0, 0))
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(inner)
+        column(self, (self.scroll, 1))
         self._key: tuple | None = None
         self.state: dict = {}
         self.show_row(None, -1)
@@ -135,9 +154,8 @@ class PenaltyView(QWidget):
                       "flipped": led.flipped}
 
     def _clear(self, message: str) -> None:
-        self.plot_widget.hide()
+        self.plot_box.hide()
         self.legend.hide()
-        self.history.setMaximumHeight(16777215)
         self.history.setHtml(f"<span style='color:{theme.MUTED}'>{html.escape(message)}</span>")
         self._lines.setData([], [])
         self._before.setData([], [])
@@ -145,9 +163,8 @@ class PenaltyView(QWidget):
         self.plot.getAxis("left").setTicks([[]])
 
     def _draw(self, entries) -> None:
-        self.plot_widget.show()
+        self.plot_box.show()
         self.legend.show()
-        self.history.setMaximumHeight(66)
         ys = np.arange(len(entries), dtype=float)
         before = np.array([e.before for e in entries], dtype=float)
         after = np.array([e.after for e in entries], dtype=float)
