@@ -89,27 +89,8 @@ def config_from_metadata(gf: GGUFFile, tokenizer: Tokenizer) -> ModelConfig:
             f"{path}: architecture {arch!r} is not supported; specscope runs {', '.join(ARCHITECTURES)} "
             "models (Llama, SmolLM, Qwen2/2.5, Qwen3). Pick a GGUF of one of those."
         )
-
-    def get(key: str, default: Any = None, required: bool = False) -> Any:
-        v = md.get(f"{arch}.{key}", default)
-        if required and v is None:
-            raise ModelLoadError(f"{path}: GGUF metadata lacks {arch}.{key}; the file is incomplete. "
-                                 "Re-convert it with a current llama.cpp.")
-        if isinstance(v, list):
-            raise ModelLoadError(f"{path}: {arch}.{key} is a list; specscope needs one number here "
-                                 "(per-layer values are not supported).")
-        return v
-
-    def count(key: str, default: Any = None, required: bool = False) -> int | None:
-        v = get(key, default, required)
-        if v is None:
-            return None
-        lo, hi = INT_LIMITS[_FIELDS.get(key, "hidden_size")]
-        return as_int(v, f"{path}: {arch}.{key}", lo, hi)
-
-    def real(key: str, default: float) -> float:
-        return as_float(get(key, default), f"{path}: {arch}.{key}")
-
+    keys = _ArchKeys(md, path, arch)
+    count, real = keys.count, keys.real
     hidden = count("embedding_length", required=True)
     n_heads = count("attention.head_count", required=True)
     head_dim = count("attention.key_length") or hidden // n_heads
@@ -145,6 +126,34 @@ def config_from_metadata(gf: GGUFFile, tokenizer: Tokenizer) -> ModelConfig:
         )
     except ValueError as e:
         raise ModelLoadError(f"{path}: inconsistent model metadata: {e}") from e
+
+
+class _ArchKeys:
+    """The `{arch}.` metadata keys of one file, read as single numbers (a list is refused)."""
+
+    def __init__(self, md: dict[str, Any], path: Path, arch: str) -> None:
+        self.md, self.path, self.arch = md, path, arch
+
+    def get(self, key: str, default: Any = None, required: bool = False) -> Any:
+        path, arch = self.path, self.arch
+        v = self.md.get(f"{arch}.{key}", default)
+        if required and v is None:
+            raise ModelLoadError(f"{path}: GGUF metadata lacks {arch}.{key}; the file is incomplete. "
+                                 "Re-convert it with a current llama.cpp.")
+        if isinstance(v, list):
+            raise ModelLoadError(f"{path}: {arch}.{key} is a list; specscope needs one number here "
+                                 "(per-layer values are not supported).")
+        return v
+
+    def count(self, key: str, default: Any = None, required: bool = False) -> int | None:
+        v = self.get(key, default, required)
+        if v is None:
+            return None
+        lo, hi = INT_LIMITS[_FIELDS.get(key, "hidden_size")]
+        return as_int(v, f"{self.path}: {self.arch}.{key}", lo, hi)
+
+    def real(self, key: str, default: float) -> float:
+        return as_float(self.get(key, default), f"{self.path}: {self.arch}.{key}")
 
 
 def _rope_scaling(gf: GGUFFile, arch: str, theta: float, head_dim: int) -> RopeScaling:
