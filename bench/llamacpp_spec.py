@@ -19,7 +19,12 @@ Each prompt (rendered with the model's chat template, as `specscope` encodes it)
 and its "decoded N tokens in S seconds, speed: X t/s" line is parsed (decode only: the prompt's
 encoding is timed apart by llama.cpp). Variants run round-robin per prompt, so drift on a shared
 machine spreads over all of them. Prints a table per category (median tok/s, (c) / (a) and (c) /
-the better (b)) and writes everything, commands included, to --out.
+the better (b)) and writes everything, commands included, to --out. With --sweep and --profile
+(the sweep and the llama.cpp profile the export was priced on) it also prints, per category, what
+the export predicted for (c) (x plain, priced as the export prices: with the profile's loop
+calibration, on the sweep's prompts of that category) beside what these prompts measured, and
+whether they agree within 15% (issue 33; bench/llamacpp_export_check.sh runs it on held-out
+prompts).
 """
 
 from __future__ import annotations
@@ -178,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"measured {x['measured_steps']:7.1f} ({x['drafted']} drafted rows)")
         print(f"calibrated: each drafted row costs {calib['row_overhead']:.3f} plain steps above "
               f"llama-bench's pass: specscope export ... --row-overhead {calib['row_overhead']:.3f}")
+    pred = predicted(a.sweep, a.profile, variants["exported"]) if a.sweep and a.profile else None
+    versus = predicted_vs_measured(runs, pred) if pred else None
+    if versus:
+        print(format_versus(versus))
     fit = window_cost_fit(runs)
     if fit:
         print(f"measured window cost, in plain steps of the same prompt and repeat: {fit['per_window']:.2f} a "
@@ -189,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
            "workload": a.workload, "per_category": a.per_category, "prompt_limit": a.prompts,
            "exported_config": config.strip(), "loadavg_start": load0,
            "loadavg_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-           "table": table, "window_cost_fit": fit, "calibration": calib, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}
+           "table": table, "window_cost_fit": fit, "calibration": calib, "predicted_vs_measured": versus, "runs": runs, "prompts": [{k: p[k] for k in ("id", "category", "prompt_tokens")}
                                                       for p in prompts]}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
@@ -204,6 +213,55 @@ def calibrate(sweep: str, profile: str, runs: list[dict], variants: dict | None 
     res = load_sweep(sweep)
     return calibrate_row_overhead(streams_from_sweep(res, sweep_prompt_ids(res)),
                                   load_llama_bench_json(profile), runs, variants)
+
+
+def predicted(sweep: str, profile: str, flags: list[str]) -> dict[str, float]:
+    """What the export predicts for the exported flags, x plain per category of the sweep's
+    (tuning) prompts, priced as the export prices: with the profile's loop calibration."""
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_loop import profile_calibration
+    from engine.tuning.llamacpp_price import by_category, config_from_flags, price, streams_from_sweep, sweep_prompt_ids
+    from engine.tuning.sweep_file import load_sweep
+    cfg = config_from_flags(flags) if flags != NEVER_DRAFTS else None
+    res = load_sweep(sweep)
+    streams = streams_from_sweep(res, sweep_prompt_ids(res))
+    if cfg is None:                     # plain decoding exported: predicted at plain's speed
+        return {s.category or "all": 1.0 for s in streams}
+    prof = load_llama_bench_json(profile)
+    cal = profile_calibration(prof)
+    row, win = (cal.row_overhead, cal.window_overhead) if cal else (0.0, 0.0)
+    return by_category(price(streams, prof, [cfg], row, win)[0])
+
+
+def predicted_vs_measured(runs: list[dict], pred: dict[str, float]) -> dict[str, dict]:
+    """Per category: predicted x plain (tuning prompts) beside measured (these prompts: median
+    over prompts and repeats of exported tok/s over the same prompt and repeat's plain)."""
+    out = {}
+    for c in sorted({r["category"] for r in runs}):
+        ratios = []
+        for r in runs:
+            if r["category"] != c or r["variant"] != "exported":
+                continue
+            plain = next((x for x in runs if x["variant"] == "plain" and x["prompt"] == r["prompt"]
+                          and x["repeat"] == r["repeat"]), None)
+            if plain and plain["tok_s"]:
+                ratios.append(r["tok_s"] / plain["tok_s"])
+        p = pred.get(c, pred.get("all"))
+        m = statistics.median(ratios) if ratios else None
+        out[c] = {"predicted": p, "measured": round(m, 3) if m else None, "prompts": len(ratios),
+                  "measured_over_predicted": round(m / p, 3) if m and p else None,
+                  "within_15pct": bool(m and p and abs(m / p - 1) <= 0.15)}
+    return out
+
+
+def format_versus(versus: dict[str, dict]) -> str:
+    lines = [f"{'category':<16}{'predicted':>10}{'measured':>10}{'meas/pred':>10}  within 15%   "
+             "(exported x plain; predicted on the sweep's prompts, measured on these)"]
+    for c, v in versus.items():
+        p, m, q = v["predicted"], v["measured"], v["measured_over_predicted"]
+        lines.append(f"{c:<16}{p if p is not None else float('nan'):>10.2f}{m if m else float('nan'):>10.2f}"
+                     f"{q if q else float('nan'):>10.2f}  {'yes' if v['within_15pct'] else 'NO'}")
+    return "\n".join(lines)
 
 
 def window_cost_fit(runs: list[dict]) -> dict | None:
