@@ -176,22 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"drafted {r['drafted']} accepted {r['accepted']}", file=sys.stderr, flush=True)
     table = summarize(runs, list(variants))
     print(format_table(table, list(variants)))
-    calib = calibrate(a.sweep, a.profile, runs, variants) if a.sweep and a.profile else None
-    if calib:
-        for x in calib["runs"]:
-            print(f"{x['prompt']:<28} {x['variant']:<13} priced {x['priced_steps']:7.1f} plain steps, "
-                  f"measured {x['measured_steps']:7.1f} ({x['drafted']} drafted rows)")
-        print(f"calibrated: each drafted row costs {calib['row_overhead']:.3f} plain steps above "
-              f"llama-bench's pass: specscope export ... --row-overhead {calib['row_overhead']:.3f}")
-    pred = predicted(a.sweep, a.profile, variants["exported"]) if a.sweep and a.profile else None
-    versus = predicted_vs_measured(runs, pred) if pred else None
-    if versus:
-        print(format_versus(versus))
-    fit = window_cost_fit(runs)
-    if fit:
-        print(f"measured window cost, in plain steps of the same prompt and repeat: {fit['per_window']:.2f} a "
-              f"window + {fit['per_drafted_row']:.2f} a drafted row (fit over {fit['runs']} runs, "
-              f"{100 * fit['rel_rms']:.0f}% rms); compare the profile's ms(R)/ms(1)")
+    calib, versus, fit = report_fits(a.sweep, a.profile, runs, variants)
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "binary": str(binary),
            "build": next((r["build"] for r in runs if r["build"]), None), "model": a.model,
            "tokens": a.tokens, "threads": a.threads, "extra": a.extra, "variants": variants,
@@ -204,6 +189,28 @@ def main(argv: list[str] | None = None) -> int:
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"written {a.out}", file=sys.stderr)
     return 0
+
+
+def report_fits(sweep: str | None, profile: str | None, runs: list[dict], variants: dict) -> tuple:
+    """(row calibration, predicted vs measured per category, window-cost fit), each printed;
+    the first two need the sweep and the profile the export was priced on."""
+    calib = calibrate(sweep, profile, runs, variants) if sweep and profile else None
+    if calib:
+        for x in calib["runs"]:
+            print(f"{x['prompt']:<28} {x['variant']:<13} priced {x['priced_steps']:7.1f} plain steps, "
+                  f"measured {x['measured_steps']:7.1f} ({x['drafted']} drafted rows)")
+        print(f"calibrated: each drafted row costs {calib['row_overhead']:.3f} plain steps above "
+              f"llama-bench's pass: specscope export ... --row-overhead {calib['row_overhead']:.3f}")
+    pred = predicted(sweep, profile, variants["exported"]) if sweep and profile else None
+    versus = predicted_vs_measured(runs, pred) if pred else None
+    if versus:
+        print(format_versus(versus))
+    fit = window_cost_fit(runs)
+    if fit:
+        print(f"measured window cost, in plain steps of the same prompt and repeat: {fit['per_window']:.2f} a "
+              f"window + {fit['per_drafted_row']:.2f} a drafted row (fit over {fit['runs']} runs, "
+              f"{100 * fit['rel_rms']:.0f}% rms); compare the profile's ms(R)/ms(1)")
+    return calib, versus, fit
 
 
 def calibrate(sweep: str, profile: str, runs: list[dict], variants: dict | None = None) -> dict | None:
