@@ -127,35 +127,7 @@ def _wave_eff(programs: int, sms: int) -> float:
 @functools.lru_cache(maxsize=None)
 def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     sb = 2 if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
-    if qtype == "Q4_K":
-        # measured best at 1 and 16 rows on every Q4_K shape of an 8B-like model
-        # (bench/sweep_matmul_configs.py; BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"):
-        # faster than the 128-row blocks; whole superblocks per dot (JS 8), one superblock a tile
-        cfg = {"BN": 64, "num_warps": 4, "num_stages": 3, "JS": 8, "SB": 1}
-    elif qtype == "Q6_K":
-        # same sweep: wide blocks for the split (few-block) shapes, 64-row blocks with two
-        # stages for the LM head
-        # (64-row launches of the wide blocks take one stage: two need 233 KB of shared memory,
-        # over the H200's 227 KB; the AOT compile check found it)
-        cfg = ({"BN": 128, "num_warps": 8, "num_stages": 2, "num_stages_wide": 1}
-               if triton.cdiv(n, 128) < sms else {"BN": 64, "num_warps": 4, "num_stages": 2})
-    elif qtype == "Q6_K8":
-        # Q6_K widened to int8 (engine.weights.packed.widen_q6_k), the sweep's best on the H200
-        # (BENCHMARKS.md): the LM head 64-row blocks, 2 stages; down 64-row blocks split K in
-        # 4; the small v (1024 x 4096) 64-row blocks: 128-row ones were 8% faster there but
-        # need 72-80 KB of shared memory for 16-bit tiles, over RDNA's 64 KB
-        if triton.cdiv(n, 64) >= sms:
-            cfg = {"BN": 64, "num_warps": 4, "num_stages": 2}
-        elif n * k >= (32 << 20) and (k // 256) % 4 == 0:
-            cfg = {"BN": 64, "num_warps": 4, "num_stages": 3, "splits": 4}
-        else:
-            cfg = {"BN": 64, "num_warps": 4, "num_stages": 3}
-    elif triton.cdiv(n, 128) >= sms // 2 and qtype != "Q5_K":
-        # two stages and half-width dots keep ~126 registers and ~70 KB of shared memory per
-        # 256-thread program, so two programs share an SM
-        cfg = {"BN": 128, "num_warps": 8, "num_stages": 3}
-    else:
-        cfg = {"BN": 64, "num_warps": 4, "num_stages": 3}
+    cfg = _base_config(qtype, n, k, sms)
     cfg.update(dict(override))
     if qtype in _KQUANTS and (k // 256) % 2 == 0:
         sb = cfg.get("SB", sb)
@@ -165,15 +137,7 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     else:
         n_blocks = triton.cdiv(n, cfg["BN"])
     if "splits" not in cfg:
-        # Split K only when the row blocks alone leave SMs idle: the partial sums cost
-        # S * M * N * 8 bytes of traffic. The count divides the tile count (equal splits).
-        splits = 1
-        if n_blocks < sms:
-            for s in range(2, min(n_tiles, 16) + 1):
-                if n_tiles % s == 0 and n_blocks * (s // 2 if s > 2 else 1) < sms and \
-                        _wave_eff(n_blocks * s, sms) > _wave_eff(n_blocks * splits, sms) + 0.02:
-                    splits = s
-        cfg["splits"] = splits
+        cfg["splits"] = _auto_splits(n_blocks, n_tiles, sms)
     if n_tiles % cfg["splits"]:
         raise ValueError(f"splits={cfg['splits']} does not divide {n_tiles} tiles")
     cfg.update(SB=sb, n_tiles=n_tiles, tiles_per_split=n_tiles // cfg["splits"])
@@ -188,19 +152,67 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     # all float ops are elementwise.
     cfg.setdefault("I8", 0)
     if cfg["I8"]:
-        cfg.setdefault("I8_X2", 1)      # the residual int8 plane: ~16-bit activations
-        # (BN, warps, stages) for 16-, 32- and 64-row tiles
-        cfg.setdefault("I8_BN", 64)
-        cfg.setdefault("I8_WARPS", 4)
-        cfg.setdefault("I8_STAGES", 3)
-        cfg.setdefault("I8_BN32", cfg["I8_BN"])
-        cfg.setdefault("I8_WARPS32", cfg["I8_WARPS"])
-        cfg.setdefault("I8_STAGES32", cfg["I8_STAGES"])
-        cfg.setdefault("I8_BN64", 64)
-        cfg.setdefault("I8_WARPS64", 4)
-        cfg.setdefault("I8_STAGES64", 2)
+        _i8_defaults(cfg)
     cfg.setdefault("JS", 4 if qtype in ("Q4_K", "Q5_K") else 8)
     return cfg
+
+
+def _base_config(qtype: str, n: int, k: int, sms: int) -> dict:
+    """Row block, warps and stages for an n x k weight of qtype, before the caller's override."""
+    if qtype == "Q4_K":
+        # measured best at 1 and 16 rows on every Q4_K shape of an 8B-like model
+        # (bench/sweep_matmul_configs.py; BENCHMARKS.md, "Engine model and kernel timings (moved from code comments)"):
+        # faster than the 128-row blocks; whole superblocks per dot (JS 8), one superblock a tile
+        return {"BN": 64, "num_warps": 4, "num_stages": 3, "JS": 8, "SB": 1}
+    if qtype == "Q6_K":
+        # same sweep: wide blocks for the split (few-block) shapes, 64-row blocks with two
+        # stages for the LM head
+        # (64-row launches of the wide blocks take one stage: two need 233 KB of shared memory,
+        # over the H200's 227 KB; the AOT compile check found it)
+        return ({"BN": 128, "num_warps": 8, "num_stages": 2, "num_stages_wide": 1}
+                if triton.cdiv(n, 128) < sms else {"BN": 64, "num_warps": 4, "num_stages": 2})
+    if qtype == "Q6_K8":
+        # Q6_K widened to int8 (engine.weights.packed.widen_q6_k), the sweep's best on the H200
+        # (BENCHMARKS.md): the LM head 64-row blocks, 2 stages; down 64-row blocks split K in
+        # 4; the small v (1024 x 4096) 64-row blocks: 128-row ones were 8% faster there but
+        # need 72-80 KB of shared memory for 16-bit tiles, over RDNA's 64 KB
+        if triton.cdiv(n, 64) >= sms:
+            return {"BN": 64, "num_warps": 4, "num_stages": 2}
+        if n * k >= (32 << 20) and (k // 256) % 4 == 0:
+            return {"BN": 64, "num_warps": 4, "num_stages": 3, "splits": 4}
+        return {"BN": 64, "num_warps": 4, "num_stages": 3}
+    if triton.cdiv(n, 128) >= sms // 2 and qtype != "Q5_K":
+        # two stages and half-width dots keep ~126 registers and ~70 KB of shared memory per
+        # 256-thread program, so two programs share an SM
+        return {"BN": 128, "num_warps": 8, "num_stages": 3}
+    return {"BN": 64, "num_warps": 4, "num_stages": 3}
+
+
+def _auto_splits(n_blocks: int, n_tiles: int, sms: int) -> int:
+    """How many ways to split K. Only when the row blocks alone leave SMs idle: the partial sums
+    cost S * M * N * 8 bytes of traffic. The count divides the tile count (equal splits)."""
+    splits = 1
+    if n_blocks < sms:
+        for s in range(2, min(n_tiles, 16) + 1):
+            if n_tiles % s == 0 and n_blocks * (s // 2 if s > 2 else 1) < sms and \
+                    _wave_eff(n_blocks * s, sms) > _wave_eff(n_blocks * splits, sms) + 0.02:
+                splits = s
+    return splits
+
+
+def _i8_defaults(cfg: dict) -> None:
+    """The int8 path's settings the override left out."""
+    cfg.setdefault("I8_X2", 1)      # the residual int8 plane: ~16-bit activations
+    # (BN, warps, stages) for 16-, 32- and 64-row tiles
+    cfg.setdefault("I8_BN", 64)
+    cfg.setdefault("I8_WARPS", 4)
+    cfg.setdefault("I8_STAGES", 3)
+    cfg.setdefault("I8_BN32", cfg["I8_BN"])
+    cfg.setdefault("I8_WARPS32", cfg["I8_WARPS"])
+    cfg.setdefault("I8_STAGES32", cfg["I8_STAGES"])
+    cfg.setdefault("I8_BN64", 64)
+    cfg.setdefault("I8_WARPS64", 4)
+    cfg.setdefault("I8_STAGES64", 2)
 
 
 def _stages(cfg: dict, m: int, hip: bool, ieee: int) -> int:
