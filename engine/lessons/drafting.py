@@ -109,7 +109,7 @@ def budget(ctx: LessonContext) -> LessonResult:
                 series("seed 000's budget (candidate tokens)", xs, [b for _, b in S.BUDGET_TABLE],
                        style="points", color="reference")),
                x_ticks=ticks)
-    p2 = Panel("and what it costs on this card", "", "tokens per second",
+    p2 = Panel(f"and what it costs on {ctx.here}", "", "tokens per second",
                (series("tok/s", xs, [t[k].tok_s for k in shapes], style="bars",
                        labels=tuple(f"{fmt(t[k].ms_per_pass)} ms/pass" for k in shapes)),),
                (Mark("y", ar.tok_s, f"plain AR {fmt(ar.tok_s)} tok/s", "warn"),), x_ticks=ticks)
@@ -123,12 +123,7 @@ def budget(ctx: LessonContext) -> LessonResult:
         Comparison("which wins here", None, None, write_up_text="the tree (one pass picks the right line)",
                    here_text=win),
     )
-    tree, d24 = t["tree 3 x d8"], t["linear d24"]
-    why = (f"The write-up counts what each shape may spend at a 24-row knee; here the trie merges "
-           f"branches that share a prefix and a copy that runs out ends the draft, so the tree checks "
-           f"{fmt(tree.candidates_per_drafted)} and depth 24 {fmt(d24.candidates_per_drafted)} tokens a pass, and "
-           f"this card's rows are priced by its own curve (see the `knee` lesson), which is why "
-           f"{win} wins here.")
+    why = budget_why({k: t[k].candidates_per_drafted for k in shapes}, {k: t[k].tok_s for k in t}, ctx.here)
     caption = ("Seed 000's three ways to spend one verify pass, run on the code-edit prompts (greedy, "
                "fixed shapes): left, candidate tokens per drafted pass against the seed's budget and "
                "accepted draft tokens per pass; right, tokens per second with each shape's ms per pass, "
@@ -140,9 +135,29 @@ def budget(ctx: LessonContext) -> LessonResult:
                "spends 24 on three continuations, one of which is usually the line being copied."),
         source=S.SEED_000 + " (its table); " + S.SEED_001 + " (8 proposed, 6 accepted)",
         caption=caption, panels=(p1, p2), comparisons=comps, why=why, device=ctx.device,
-        model=ctx.model, budget=ctx.budget.label,
+        model=ctx.model, budget=ctx.budget.label, here=ctx.here,
         settings={"prompts": ", ".join(p for p, _ in prompts), "new tokens": n, "temperature": 0},
         data={"runs": runs, "totals": t})
+
+
+def budget_why(candidates: dict[str, float], tok_s: dict[str, float], here: str = "this device") -> str:
+    """Why the shape that wins here wins, from the numbers: candidate tokens per drafted pass
+    per shape, and tok/s per shape and of plain decoding ("plain AR")."""
+    win = max(tok_s, key=lambda k: tok_s[k])
+    spent = (f"the tree checks {fmt(candidates['tree 3 x d8'])} and depth 24 "
+             f"{fmt(candidates['linear d24'])} candidate tokens a pass, not 24")
+    if win == "plain AR":
+        verdict = (f"plain decoding is fastest ({fmt(tok_s[win])} tok/s): on {here} no shape's extra rows "
+                   "bought enough accepted tokens to pay for themselves (see the `knee` lesson)")
+    elif win == "tree 3 x d8":
+        verdict = (f"the tree wins ({fmt(tok_s[win])} tok/s), as the write-up says it should: one of its "
+                   "branches follows the text being copied")
+    else:
+        verdict = (f"{win} wins ({fmt(tok_s[win])} tok/s), not the tree the write-up favours: on {here} "
+                   "the tree's extra rows cost more than its extra branches bought")
+    return (f"The write-up counts what each shape may spend at a 24-row knee; here the trie merges branches "
+            f"that share a prefix and a copy that runs out ends the draft, so {spent}; {here}'s rows are "
+            f"priced by its own curve, and {verdict}.")
 
 
 WORKLOADS = (("code edits", "code-edit"), ("summarization", "specbench:summarization"),
@@ -155,9 +170,9 @@ ALPHA_GRID = tuple(round(0.02 * i, 2) for i in range(0, 50)) + (0.99,)
 def acceptance(ctx: LessonContext) -> LessonResult:
     settings = DecodeSettings(draft="lookup", depth=RUN_GAMMA, width=1, max_new_tokens=ctx.budget.new_tokens)
     runs: dict[str, list[Run]] = {}
-    for k, (name, spec) in enumerate(WORKLOADS):
-        prompts = workload_ids(ctx, spec)
-        runs[name] = _runs(ctx, prompts, settings, name, (k / len(WORKLOADS), (k + 1) / len(WORKLOADS)))
+    prompts = {name: workload_ids(ctx, spec) for name, spec in WORKLOADS}
+    for k, (name, _) in enumerate(WORKLOADS):
+        runs[name] = _runs(ctx, prompts[name], settings, name, (k / len(WORKLOADS), (k + 1) / len(WORKLOADS)))
     t = {name: totals(r) for name, r in runs.items()}
     curves = tuple(series(f"γ = {g}", ALPHA_GRID, [expected_tokens(a, g) for a in ALPHA_GRID],
                           color=("neutral", "info", "card", "reference")[i], dashed=g != RUN_GAMMA)
@@ -191,13 +206,8 @@ def acceptance(ctx: LessonContext) -> LessonResult:
     comps.append(Comparison("speedup of prompt lookup", S.LOOKUP_AVERAGE_SPEEDUP, None, "x",
                             write_up_text="2x-4x, 2.4x on average (input-grounded tasks)",
                             here_text="see the `budget` lesson (tok/s against plain decoding)"))
-    code = t["code edits"]
-    why = ("The formula assumes every draft token is accepted independently with one α and every "
-           "draft runs γ deep; a copy is accepted in runs and breaks off where the text departs from "
-           "its source, and the lookup drafts only where an n-gram matches"
-           + (f" ({code.drafted} of {code.windows} code-edit windows here)" if code.windows else "")
-           + f", so measured points sit off the γ = {RUN_GAMMA} curve and {ctx.model}'s α per workload "
-           "is its own, not the write-up's agents'.")
+    why = acceptance_why({name: (t[name].alpha, t[name].drafted, t[name].windows) for name, _ in WORKLOADS},
+                         ctx.model)
     caption = (f"Seed 001's expected tokens per verify pass for block lengths γ = 2, 4, 8, 16, and this "
                f"model's per-token acceptance α on three workloads (prompt lookup, γ = {RUN_GAMMA}, greedy): "
                "each point is a workload's α against the tokens its drafted windows emitted per pass.")
@@ -208,4 +218,25 @@ def acceptance(ctx: LessonContext) -> LessonResult:
         source=S.SEED_001, caption=caption, panels=(panel,), comparisons=tuple(comps), why=why,
         device=ctx.device, model=ctx.model, budget=ctx.budget.label,
         settings={"drafter": "lookup", "γ": RUN_GAMMA, "new tokens": ctx.budget.new_tokens, "temperature": 0},
-        data={"runs": runs, "totals": t})
+        here=ctx.here, data={"runs": runs, "totals": t, "prompts": prompts})
+
+
+def acceptance_why(measured: dict[str, tuple[float | None, int, int]], model: str) -> str:
+    """Why the measured points sit where they do, from the numbers: per workload (α, drafted
+    windows, windows). The write-up expects code edits to draft best and roleplay worst."""
+    seen = {k: v for k, v in measured.items() if v[0] is not None}
+    drafted = "; ".join(f"{k} {d} of {w} windows" for k, (_, d, w) in measured.items())
+    head = ("The formula assumes every draft token is accepted independently with one α and every draft "
+            "runs γ deep; a copy is accepted in runs and breaks off where the text departs from its source, "
+            f"and the lookup drafts only where an n-gram matches ({drafted}), so measured points sit off "
+            f"the γ = {RUN_GAMMA} curve. ")
+    if not seen:
+        return head + f"Here no workload drafted at all: {model} never repeated an n-gram of its prompt."
+    order = sorted(seen, key=lambda k: -seen[k][0])
+    ranking = " > ".join(f"{k} (α {fmt(seen[k][0])})" for k in order)
+    if len(order) > 1 and seen[order[0]][0] == seen[order[-1]][0]:
+        return head + f"Here every workload drafted alike ({ranking}): too few tokens to tell them apart."
+    if order[0] == "code edits":
+        return head + f"As the write-up expects, copying code drafts best here: {ranking}."
+    return (head + f"Unlike the write-up's agents, {order[0]} drafts best here ({ranking}): {model}'s "
+            "answers copy their prompt differently from a coding agent's.")

@@ -1,16 +1,17 @@
-"""What a lesson returns: its figure as plain data, the write-up's numbers beside this card's,
+"""What a lesson returns: its figure as plain data, the write-up's numbers beside this device's,
 and the CSV and Markdown writers. Standard library only: the workbench's views read it.
 
 A figure is one or more panels; a panel holds series (lines, points or bars, with optional
 per-point labels) and marks (labelled lines across the plot at x or y). Colors are roles
-("card", "reference", "good", "bad", ...) that the workbench maps onto its theme.
+("card" (this device), "reference", "good", "bad", ...) that each renderer maps onto its theme
+(engine.lessons.svg for the handout, the workbench for the window).
 
 The CSV holds every number drawn, one per line:
 
     kind,panel,series,x,y,label
     point,<panel title>,<series name>,<x>,<y>,<the point's label, if any>
     mark,<panel title>,<mark label>,<x or empty>,<y or empty>,
-    compare,write-up vs this card,<quantity>,<the write-up's value>,<this card's value>,<unit>
+    compare,write-up vs this device,<quantity>,<the write-up's value>,<this device's value>,<unit>
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Panel:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One line of the box: a quantity, the write-up's value and this card's (None: none)."""
+    """One line of the box: a quantity, the write-up's value and this device's (None: none)."""
     quantity: str
     write_up: float | None
     here: float | None
@@ -95,14 +96,20 @@ class LessonResult:
     caption: str                    # what the figure shows, two or three sentences
     panels: tuple[Panel, ...]
     comparisons: tuple[Comparison, ...]
-    why: str                        # one sentence: why this card's numbers differ
+    why: str                        # one sentence: why this device's numbers differ
     device: str
     model: str
     budget: str                     # "quick (test budget)" or "full"
+    here: str = "this device"       # what the lesson ran on, short: "this CPU", "this GPU"
     settings: dict[str, Any] = field(default_factory=dict)
     # what the lesson measured, as the engine returned it (events, profiles, reports): for the
     # tests and the curious; never written out
     data: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def here_long(self) -> str:
+        """The column head of this device's numbers: "this CPU (Intel Xeon ..., 2 threads of 2)"."""
+        return f"{self.here} ({self.device})"
 
     def csv_rows(self) -> list[list[str]]:
         rows = [["kind", "panel", "series", "x", "y", "label"]]
@@ -114,7 +121,7 @@ class LessonResult:
                 rows.append(["mark", p.title, m.label, num(m.at) if m.axis == "x" else "",
                              num(m.at) if m.axis == "y" else "", ""])
         for c in self.comparisons:
-            rows.append(["compare", "write-up vs this card", c.quantity, num(c.write_up), num(c.here), c.unit])
+            rows.append(["compare", "write-up vs this device", c.quantity, num(c.write_up), num(c.here), c.unit])
         return rows
 
     def csv_text(self) -> str:
@@ -126,12 +133,12 @@ class LessonResult:
         lines = [f"# Lesson `{self.name}`: {self.title}", "",
                  f"**The write-up's claim** ({self.source}): {self.claim}", "",
                  f"**Measured here** on {self.device} with {self.model} ({self.budget}).", "",
-                 "| quantity | the write-up | this card |", "| --- | --- | --- |"]
+                 f"| quantity | the write-up | {self.here_long} |", "| --- | --- | --- |"]
         for c in self.comparisons:
             lines.append(f"| {c.quantity} | {c.shown('write_up')} | {c.shown('here')} |")
         lines += ["", f"**Why they differ:** {self.why}", "", f"**The figure** (`{self.name}.png`): {self.caption}",
                   "", f"Every number in the figure is in `{self.name}.csv` (kind point / mark / compare; "
-                  "a compare line holds the write-up's value in x and this card's in y).", ""]
+                  "a compare line holds the write-up's value in x and this device's in y).", ""]
         if self.settings:
             lines += ["Settings: " + ", ".join(f"{k} = {v}" for k, v in self.settings.items()), ""]
         return "\n".join(lines)

@@ -7,7 +7,7 @@ from engine.cost.floor import PROBING
 from engine.cost.plan import FLOOR_TIMING, Cause
 from engine.lessons import seeds as S
 from engine.lessons.figure import Comparison, LessonResult, Mark, Panel, fmt, series
-from engine.lessons.runs import LessonContext, decode, workload_ids
+from engine.lessons.runs import LessonContext, Run, decode, workload_ids
 from engine.speculation.events import WindowEvent
 from engine.speculation.settings import DecodeSettings
 
@@ -29,19 +29,17 @@ def window_kind(ev: WindowEvent, state_before: str) -> str:
     return "plain step (the last token)" if cause is Cause.LAST_TOKEN else "plain step (no n-gram match)"
 
 
-def ar_floor(ctx: LessonContext) -> LessonResult:
-    pid, ids = workload_ids(ctx, FLOOR_WORKLOAD)[0]
-    n = ctx.budget.new_tokens
-    base = TREE.to_dict() | {"max_new_tokens": n}
-    on = decode(ctx, ids, DecodeSettings.from_dict(base | {"ar_floor": True}), label="AR floor on",
-                span=(0.0, 0.4))
-    off = decode(ctx, ids, DecodeSettings.from_dict(base | {"ar_floor": False}), label="AR floor off",
-                 span=(0.4, 0.7))
-    ar = decode(ctx, ids, DecodeSettings.from_dict(base | {"draft": "none"}), label="plain AR",
-                span=(0.7, 1.0))
+FLOOR_COLORS = {"plain step (timing)": "card", "probe window": "warn", "speculating": "good",
+                "plain step (retired)": "neutral", "plain step (no n-gram match)": "info",
+                "plain step (the last token)": "text"}
+
+
+def floor_steps(on: Run) -> tuple[dict[str, tuple[list[int], list[float], list[str]]], list[dict]]:
+    """The floor-on run window by window: per kind, the (windows, ms per token, labels) drawn,
+    and each window's row of what the floor saw and decided."""
     kinds: dict[str, tuple[list[int], list[float], list[str]]] = {}
     state = PROBING
-    steps = []
+    steps: list[dict] = []
     for ev, (after, reason) in zip(on.events, on.floor):
         kind = window_kind(ev, state)
         ms_tok = ev.window_ms / len(ev.emitted)
@@ -54,19 +52,35 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
         steps.append({"window": ev.index, "kind": kind, "rows": 1 + len(ev.tokens), "tokens": len(ev.emitted),
                       "window_ms": ev.window_ms, "ms_per_token": ms_tok, "state": after, "reason": reason})
         state = after
-    colors = {"plain step (timing)": "card", "probe window": "warn", "speculating": "good",
-              "plain step (retired)": "neutral", "plain step (no n-gram match)": "info",
-              "plain step (the last token)": "text"}
+    return kinds, steps
+
+
+def floor_panels(on: Run, runs, kinds) -> tuple[Panel, Panel]:
     p1 = Panel("the floor's decision, window by window", "window", "ms per emitted token",
-               tuple(series(k, xs, ys, style="points", color=colors[k], labels=tuple(lb))
+               tuple(series(k, xs, ys, style="points", color=FLOOR_COLORS[k], labels=tuple(lb))
                      for k, (xs, ys, lb) in kinds.items()),
                (Mark("y", on.ar_ms, f"the timed plain step: {fmt(on.ar_ms)} ms", "card"),)
                if on.ar_ms else ())
-    runs = (("AR floor on", on), ("AR floor off (always the tree)", off), ("plain AR", ar))
     p2 = Panel("tokens per second kept", "", "tok/s",
                (series("tok/s", range(3), [r.report["tok_s"] for _, r in runs], style="bars",
                        labels=tuple(f"{fmt(r.report['tok_s'])} tok/s" for _, r in runs)),),
                x_ticks=tuple((float(i), name) for i, (name, _) in enumerate(runs)))
+    return p1, p2
+
+
+def ar_floor(ctx: LessonContext) -> LessonResult:
+    pid, ids = workload_ids(ctx, FLOOR_WORKLOAD)[0]
+    n = ctx.budget.new_tokens
+    base = TREE.to_dict() | {"max_new_tokens": n}
+    on = decode(ctx, ids, DecodeSettings.from_dict(base | {"ar_floor": True}), label="AR floor on",
+                span=(0.0, 0.4))
+    off = decode(ctx, ids, DecodeSettings.from_dict(base | {"ar_floor": False}), label="AR floor off",
+                 span=(0.4, 0.7))
+    ar = decode(ctx, ids, DecodeSettings.from_dict(base | {"draft": "none"}), label="plain AR",
+                span=(0.7, 1.0))
+    kinds, steps = floor_steps(on)
+    runs = (("AR floor on", on), ("AR floor off (always the tree)", off), ("plain AR", ar))
+    p1, p2 = floor_panels(on, runs, kinds)
     final = on.floor[-1][0] if on.floor else "off"
     decided = next((s for s in steps if s["state"] != "probing"), None)
     comps = (
@@ -81,15 +95,6 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
                                   f"{S.R9700_AR_TOK_S} vs MTP {S.R9700_MTP_TOK_S}"),
                    here_text=" / ".join(fmt(r.report["tok_s"]) for _, r in runs)),
     )
-    if final == "retired":
-        why = (f"On this card a {1 + TREE.depth * TREE.width}-row tree pass costs more than the few tokens "
-               f"this prose lets it emit, so the floor retires as the write-up's would on a card where rows "
-               f"are dear; the write-up reports the tok/s of an MTP head that pays on both its cards, which "
-               "is the other branch of the same rule.")
-    else:
-        why = ("On this card a probe window emitted its tokens faster than the timed plain step, so the "
-               "floor keeps speculating; whether it retires depends on how dear rows are here (see the "
-               "`row-cost` lesson) and how little the prose repeats, not on the rule, which is the write-up's.")
     caption = (f"A low-acceptance prose prompt (Spec-Bench {pid}) with a fixed token tree (depth 8 x 3): "
                "left, each window's ms per emitted token as the AR floor times one plain step, probes "
                "up to three windows and decides; right, tok/s with the floor, always speculating, and "
@@ -99,7 +104,30 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
         claim=("time one AR token, probe up to three speculative windows, compare their cost per emitted "
                "token with the AR time, and retire to plain decoding when nothing is strictly cheaper; "
                "the floor bounds the probing, not the request."),
-        source=S.SEED_002 + ", § 07", caption=caption, panels=(p1, p2), comparisons=comps, why=why,
+        source=S.SEED_002 + ", § 07", caption=caption, panels=(p1, p2), comparisons=comps,
+        why=ar_floor_why(final, on.ar_ms, on.probes, ctx.here), here=ctx.here,
         device=ctx.device, model=ctx.model, budget=ctx.budget.label,
         settings={"prompt": pid, "drafter": "tree 8 x 3 (fixed)", "new tokens": n, "temperature": 0},
         data={"on": on, "off": off, "ar": ar, "steps": steps})
+
+
+def ar_floor_why(final: str, ar_ms: float | None, probes, here: str = "this device") -> str:
+    """Why the floor decided as it did, from its numbers: the final state, the timed plain step
+    and the probes' (ms, tokens)."""
+    rows = 1 + TREE.depth * TREE.width
+    if not probes or ar_ms is None:
+        return (f"On {here} the request ended before the floor had timed a plain step and a probe, so it "
+                "never decided; the rule is the write-up's, the prompt was too short to apply it.")
+    best = min(ms / max(1, t) for ms, t in probes)
+    if final == "retired":
+        return (f"On {here} the cheapest of {len(probes)} probe windows ({rows}-row tree passes) spent "
+                f"{fmt(best)} ms per emitted token against the plain step's {fmt(ar_ms)} ms, so the floor "
+                "retires, as the write-up's would on a card where rows are dear; the write-up reports the "
+                "tok/s of an MTP head that pays on both its cards, the other branch of the same rule.")
+    if final == "probing":
+        return (f"On {here} the request ended while the floor was still probing ({len(probes)} probe "
+                f"windows, the cheapest {fmt(best)} ms per token against the plain step's {fmt(ar_ms)} ms).")
+    return (f"On {here} a probe window emitted its tokens at {fmt(best)} ms each, under the plain step's "
+            f"{fmt(ar_ms)} ms, so the floor keeps speculating; whether it retires depends on how dear rows "
+            "are here (see the `row-cost` lesson) and how little the prose repeats, not on the rule, which "
+            "is the write-up's.")

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from engine.cost.chooser import WindowChooser
+from engine.cost.fit import CostFit
 from engine.cost.profile import CostProfile, reference_profile
 from engine.lessons import seeds as S
 from engine.lessons.figure import Comparison, LessonResult, Mark, Panel, fmt, series
@@ -12,41 +15,95 @@ from engine.lessons.runs import LessonContext, probe, profile
 KNEE_PASS_ROWS = 24          # seed 000's box: 24 tokens in one pass vs 24 steps
 
 
+@dataclass(frozen=True)
+class KneeReading:
+    """Where a pass stops costing about one decode step, read from a probe's fit.
+
+    Where the fit has a flat part (2 rows or more), the knee is where it ends. Where every row
+    adds cost from the first, the write-up's own formula: one decode step ÷ one row's compute
+    (its 25.3 ms ÷ 1.04 ms); on a roofline the two agree. None: flat over every probed row."""
+    rows: float | None
+    how: str                 # "flat part" | "formula" | "flat"
+    top: int                 # most rows probed
+    top_steps: float         # what `top` rows cost, in one-row steps (the probe's median)
+    one_ms: float
+    slope_ms: float
+
+    @property
+    def row_share(self) -> float:
+        """One extra row's cost as a share of a decode step."""
+        return self.slope_ms / self.one_ms
+
+    @property
+    def past_probe(self) -> bool:
+        return self.rows is not None and self.rows > self.top
+
+
+def read_knee(points, fit: CostFit) -> KneeReading:
+    """The knee of a probe's (rows, ms) points and their fit."""
+    top, top_ms = max(points)
+    one = fit.one_row_ms
+    if fit.knee_rows is None or fit.slope_ms_per_row <= 0:
+        rows, how = None, "flat"
+    elif fit.knee_rows >= 2:
+        rows, how = fit.knee_rows, "flat part"
+    else:
+        rows, how = one / fit.slope_ms_per_row, "formula"
+    return KneeReading(rows, how, int(top), top_ms / one, one, fit.slope_ms_per_row)
+
+
+def knee_text(k: KneeReading) -> str:
+    """The knee as the table says it."""
+    cost = f"{k.top} rows cost {fmt(k.top_steps)} steps"
+    if k.rows is None:
+        return f"none within the {k.top} rows probed ({cost})"
+    if k.how == "flat part":
+        return f"≈ {fmt(k.rows)} rows (the flat part ends there; {cost})"
+    where = f", past the {k.top} probed" if k.past_probe else ""
+    return f"≈ {fmt(k.rows)} rows{where} ({fmt(k.one_ms)} ÷ {fmt(k.slope_ms)}; {cost})"
+
+
+def knee_grid(probed: list[int], k: KneeReading) -> list[int]:
+    top = max(64, max(probed), min(512, 2 * int(k.rows or 0)))
+    return sorted({1, 2, 3, *range(4, 64, 2), *range(64, top + 1, 16), top, *probed, KNEE_PASS_ROWS})
+
+
 def knee(ctx: LessonContext) -> LessonResult:
     prof = probe(ctx, (0.0, 0.95))
     f = prof.fit
     probed = [r for r, _ in prof.points]
-    top = max(64, max(probed))
-    grid = sorted({1, 2, 3, *range(4, top + 1, 2), *probed, KNEE_PASS_ROWS})
+    k = read_knee(prof.points, f)
+    grid = knee_grid(probed, k)
     ref = reference_profile("rx9070xt-qwen3.5-9b")
     one, pass24 = f.one_row_ms, prof.ms(KNEE_PASS_ROWS)
     steps24 = KNEE_PASS_ROWS * one
+    here = ctx.here
     marks = [Mark("x", ref.fit.knee_rows, f"RX 9070 XT knee ≈ {ref.fit.knee_rows:.1f}", "reference")]
-    if f.knee_rows is not None and f.knee_rows >= 1.5:
-        marks.append(Mark("x", f.knee_rows, f"this card's knee ≈ {f.knee_rows:.1f}", "card"))
+    if k.rows is not None:
+        marks.append(Mark("x", k.rows, f"{here}: knee ≈ {fmt(k.rows)}"
+                          + (" (past the probe)" if k.past_probe else ""), "card"))
     panel = Panel(
         "verify-pass cost against rows", "verify rows (candidate tokens + 1)", "ms per pass",
         (series("RX 9070 XT, Qwen3.5-9B (seed 000): max(25.3, 1.04 × rows)", grid,
                 [ref.ms(r) for r in grid], color="reference"),
-         series("this card: fit", grid, [prof.ms(r) for r in grid]),
-         series("this card: probe medians", probed, [ms for _, ms in prof.points], style="points")),
+         series(f"{here}: fit", grid, [prof.ms(r) for r in grid]),
+         series(f"{here}: probe medians", probed, [ms for _, ms in prof.points], style="points")),
         tuple(marks), log_x=True, log_y=True)
-    knee_text = (f"none within {max(probed)} rows" if f.knee_rows is None else
-                 "none: every row costs from the first" if f.knee_rows < 1.5 else "")
     comps = (
         Comparison("one decode step (1 row)", S.RX9070_DECODE_MS, one, "ms"),
         Comparison("flat cost of a multi-row pass", S.RX9070_DECODE_MS, f.flat_ms, "ms"),
-        Comparison("each row past the knee", S.RX9070_MS_PER_CANDIDATE, f.slope_ms_per_row, "ms"),
-        Comparison("the knee", S.RX9070_KNEE, f.knee_rows, "rows", write_up_text="≈ 24 rows (25.3 ÷ 1.04)",
-                   here_text=knee_text),
+        Comparison("each row's compute (the fit's slope)", S.RX9070_MS_PER_CANDIDATE, f.slope_ms_per_row, "ms"),
+        Comparison("the knee", S.RX9070_KNEE, k.rows, "rows", write_up_text="≈ 24 rows (25.3 ÷ 1.04)",
+                   here_text=knee_text(k)),
+        Comparison(f"{k.top} rows in one pass, in decode steps", ref.ms(k.top) / ref.ms(1), k.top_steps, "steps",
+                   write_up_text=f"{fmt(ref.ms(k.top) / ref.ms(1))} (the RX 9070 XT's roofline)"),
         Comparison(f"{KNEE_PASS_ROWS} tokens in one pass", S.RX9070_PASS_24_MS, pass24, "ms",
                    here_text=f"{fmt(pass24)} ms" + (" (extrapolated)" if KNEE_PASS_ROWS > max(probed) else "")),
         Comparison(f"{KNEE_PASS_ROWS} tokens as {KNEE_PASS_ROWS} decode steps", S.RX9070_STEPS_24_MS, steps24, "ms"),
         Comparison("steps' cost ÷ one pass's", S.RX9070_STEPS_24_MS / S.RX9070_PASS_24_MS, steps24 / pass24, "x"),
     )
-    why = _knee_why(ctx, prof)
     pts = ", ".join(f"{r}: {fmt(ms)}" for r, ms in prof.points)
-    caption = (f"Median ms of one verify pass against its rows on this card ({pts}), the fitted "
+    caption = (f"Median ms of one verify pass against its rows on {here} ({pts}), the fitted "
                "flat-then-linear curve, and seed 000's RX 9070 XT roofline. Up to the knee extra "
                "candidates ride along under the weight stream; past it each costs its compute. "
                "Log-log axes.")
@@ -55,32 +112,39 @@ def knee(ctx: LessonContext) -> LessonResult:
         claim=("a verify pass is priced like one decode step up to the knee = decode floor ÷ "
                "per-candidate compute (RX 9070 XT: 25.3 ms ÷ 1.04 ms ≈ 24 rows); 24 tokens in one "
                "pass ≈ 25 ms vs 24 steps ≈ 606 ms."),
-        source=S.SEED_000, caption=caption, panels=(panel,), comparisons=comps, why=why,
-        device=ctx.device, model=ctx.model, budget=ctx.budget.label,
+        source=S.SEED_000, caption=caption, panels=(panel,), comparisons=comps,
+        why=knee_why(k, ctx.model, here, f.flat_ms), device=ctx.device, model=ctx.model,
+        budget=ctx.budget.label, here=here,
         settings={"probe context": prof.context, "repeats": prof.extra.get("repeats")},
-        data={"profile": prof})
+        data={"profile": prof, "knee": k})
 
 
-def _knee_why(ctx: LessonContext, prof: CostProfile) -> str:
-    """Why this card's knee is not the RX 9070 XT's, in the lesson's words."""
-    f, one = prof.fit, prof.fit.one_row_ms
-    if f.knee_rows is None:
-        top = max(r for r, _ in prof.points)
-        why = (f"On this card a pass stays flat up to the {top} rows probed: {ctx.model} is far "
-               "smaller than a 9B model, so streaming its weights never waits on the rows' arithmetic "
-               "within that range, and the knee lies past what was measured.")
-    elif f.knee_rows < 4:
-        why = (f"This card has almost no flat part: each extra row adds {fmt(f.slope_ms_per_row)} ms to a "
-               f"{fmt(one)} ms step, because here the pass is bound by arithmetic from the first rows "
-               "(a CPU's compute is small next to its memory bandwidth), not by the weight stream that "
-               "makes rows free on a 640 GB/s card running a 9B model.")
-    else:
-        why = (f"The knee sits where this card's per-row compute ({fmt(f.slope_ms_per_row)} ms) catches "
-               f"up with its {fmt(f.flat_ms)} ms flat cost; that ratio depends on the card's compute "
-               f"against its bandwidth and on the model's size, so it is not the 9070 XT's 24")
-        why += (f", and one row runs a faster one-row path here ({fmt(one)} ms against {fmt(f.flat_ms)}), "
-                f"so even two rows cost {fmt(f.flat_ms / one)} steps." if one < 0.8 * f.flat_ms else ".")
-    return why
+def knee_why(k: KneeReading, model: str, here: str = "this device", flat_ms: float | None = None) -> str:
+    """Why this device's knee is not the RX 9070 XT's, from the reading's numbers only."""
+    cost = f"{k.top} rows cost {fmt(k.top_steps)} decode steps"
+    if k.rows is None:
+        return (f"On {here} a pass stays flat up to the {k.top} rows probed ({cost}): {model} streams "
+                "its weights without waiting on the rows' arithmetic within that range, so the knee "
+                "lies past what was measured.")
+    if k.how == "flat part":
+        flat = flat_ms if flat_ms is not None else k.one_ms
+        why = (f"On {here} the knee sits where each row's compute ({fmt(k.slope_ms)} ms) catches up with "
+               f"the {fmt(flat)} ms flat cost, at ≈ {fmt(k.rows)} rows ({cost}); that depends on the "
+               "device's compute against its bandwidth and on the model's size, not on the 9070 XT's 24")
+        return why + (f", and one row runs a faster path here ({fmt(k.one_ms)} ms against {fmt(flat)})."
+                      if k.one_ms < 0.8 * flat else ".")
+    share = f"each row adds {fmt(k.slope_ms)} ms, {k.row_share:.0%} of a {fmt(k.one_ms)} ms step, from the first"
+    if k.past_probe:
+        return (f"On {here} {share}, so {cost}: rows are nearly free, and the write-up's formula "
+                f"({fmt(k.one_ms)} ÷ {fmt(k.slope_ms)}) puts the knee at ≈ {fmt(k.rows)} rows, past the "
+                f"{k.top} probed; {model} is small, so its weight stream, not the rows' arithmetic, sets "
+                "what a pass costs.")
+    bound = ("a CPU's compute is small next to its memory bandwidth" if here == "this CPU" else
+             f"this device's compute is small next to its bandwidth for {model}")
+    return (f"On {here} {share}, so {cost} and the write-up's formula ({fmt(k.one_ms)} ÷ "
+            f"{fmt(k.slope_ms)}) puts the knee at ≈ {fmt(k.rows)} rows: the pass is bound by arithmetic "
+            f"early ({bound}), not by the weight stream that makes rows free on a 640 GB/s card "
+            "running a 9B model.")
 
 
 ROW_COST_ROWS = tuple(range(1, 9))     # the seed's fits hold up to 8 rows
@@ -104,31 +168,20 @@ def chooser_depth(prof: CostProfile, alpha: float, max_depth: int = 7) -> int:
     return WindowChooser(prof, max_depth=max_depth, max_width=1, prior=alpha).choose("lookup").depth
 
 
-def row_cost(ctx: LessonContext) -> LessonResult:
-    prof = profile(ctx, (0.0, 0.9))
-    halo, r9700 = reference_profile("strix-halo-flash-next"), reference_profile("r9700-flash-next")
-    a, b = linear_fit(prof)
+def _break_even_panel(prof: CostProfile, cards, a: float, b: float, here: str) -> Panel:
     rows = ROW_COST_ROWS
-    be = [prof.break_even(r) for r in rows]
-    cards = (("Strix Halo", "Strix Halo 30.5 + 6.9 ms/row (seed 002)", halo, "reference"),
-             ("R9700", "R9700 30.3 + 14.8 ms/row (seed 002)", r9700, "reference2"))
-    p1 = Panel("tokens a window must emit to break even (window ms ÷ one-row ms)",
-               "verify rows per window (drafts + 1)", "tokens to break even",
-               tuple(series(name, rows, [c.break_even(r) for r in rows], style="linepoints", color=col)
-                     for _, name, c, col in cards)
-               + (series(f"this card: {fmt(a)} + {fmt(b)} ms/row (fit)", rows,
-                         [(a + b * (r - 1)) / prof.ms(1) for r in rows], color="card", dashed=True),
-                  series("this card (probe)", rows, be, style="linepoints")))
-    depths = {short: [chooser_depth(c, al) for al in ALPHAS] for short, _, c, _ in cards}
-    mine = [chooser_depth(prof, al) for al in ALPHAS]
-    p2 = Panel("draft depth the chooser picks (0 = plain decoding)", "acceptance per draft token α",
-               "depth picked",
-               tuple(series(short, ALPHAS, depths[short], style="linepoints", color=col)
-                     for short, _, _, col in cards)
-               + (series("this card", ALPHAS, mine, style="linepoints"),),
-               (Mark("x", CHOOSER_ALPHA, f"α = {CHOOSER_ALPHA}", "neutral"),), y_range=(-0.3, 7.5))
-    d_halo, d_r9700, d_here = (chooser_depth(c, CHOOSER_ALPHA) for c in (halo, r9700, prof))
-    comps = (
+    return Panel("tokens a window must emit to break even (window ms ÷ one-row ms)",
+                 "verify rows per window (drafts + 1)", "tokens to break even",
+                 tuple(series(name, rows, [c.break_even(r) for r in rows], style="linepoints", color=col)
+                       for _, name, c, col in cards)
+                 + (series(f"{here}: {fmt(a)} + {fmt(b)} ms/row (fit)", rows,
+                           [(a + b * (r - 1)) / prof.ms(1) for r in rows], color="card", dashed=True),
+                    series(f"{here} (probe)", rows, [prof.break_even(r) for r in rows], style="linepoints")))
+
+
+def _row_cost_comparisons(prof: CostProfile, a: float, b: float, depths: tuple[int, int, int]):
+    d_halo, d_r9700, d_here = depths
+    return (
         Comparison("one row (a plain decode step)", S.HALO_BASE_MS, prof.ms(1), "ms",
                    write_up_text=f"{S.HALO_BASE_MS} ms Halo, {S.R9700_BASE_MS} ms R9700"),
         Comparison("fit a + b·(rows − 1): b, each extra row", S.HALO_MS_PER_ROW, b, "ms",
@@ -146,30 +199,61 @@ def row_cost(ctx: LessonContext) -> LessonResult:
                    write_up_text=(f"hipfire picks per window (default {S.MTP_DEFAULT_DEPTH}); our chooser "
                                   f"on their fits: {d_halo} Halo, {d_r9700} R9700")),
     )
-    why = _row_cost_why(ctx, prof, a, b)
+
+
+def row_cost(ctx: LessonContext) -> LessonResult:
+    prof = profile(ctx, (0.0, 0.9))
+    here = ctx.here
+    halo, r9700 = reference_profile("strix-halo-flash-next"), reference_profile("r9700-flash-next")
+    a, b = linear_fit(prof)
+    cards = (("Strix Halo", "Strix Halo 30.5 + 6.9 ms/row (seed 002)", halo, "reference"),
+             ("R9700", "R9700 30.3 + 14.8 ms/row (seed 002)", r9700, "reference2"))
+    p1 = _break_even_panel(prof, cards, a, b, here)
+    depths = {short: [chooser_depth(c, al) for al in ALPHAS] for short, _, c, _ in cards}
+    mine = [chooser_depth(prof, al) for al in ALPHAS]
+    p2 = Panel("draft depth the chooser picks (0 = plain decoding)", "acceptance per draft token α",
+               "depth picked",
+               tuple(series(short, ALPHAS, depths[short], style="linepoints", color=col)
+                     for short, _, _, col in cards)
+               + (series(here, ALPHAS, mine, style="linepoints"),),
+               (Mark("x", CHOOSER_ALPHA, f"α = {CHOOSER_ALPHA}", "neutral"),), y_range=(0, 7.5))
+    picked = tuple(chooser_depth(c, CHOOSER_ALPHA) for c in (halo, r9700, prof))
+    why = row_cost_why(a, b, prof.ms(2) / prof.ms(1), picked, ctx.model, here)
     caption = ("Left: a window's cost in plain steps, i.e. the tokens it must emit to tie plain "
-               "decoding, for 1 to 8 verify rows, on this card and the two cards of seed 002. "
-               "Right: the depth the decoder's cost-aware chooser picks on each card's curve for a "
+               f"decoding, for 1 to 8 verify rows, on {here} and the two cards of seed 002. "
+               "Right: the depth the decoder's cost-aware chooser picks on each device's curve for a "
                "given per-token acceptance (one-token-per-step when no window pays).")
     return LessonResult(
         name="row-cost", title="what a verify row costs, and the depth that buys",
         claim=("window cost = a + b·rows (Strix Halo 30.5 + 6.9 ms/row, R9700 30.3 + 14.8); tokens to "
                "break even for 1-3 drafts 1.23 / 1.45 / 1.68 (Halo) and 1.49 / 1.98 / 2.47 (R9700); the "
                "depth is picked per window to maximize expected tokens per unit of window cost."),
-        source=S.SEED_002 + ", § 05", caption=caption, panels=(p1, p2), comparisons=comps, why=why,
+        source=S.SEED_002 + ", § 05", caption=caption, panels=(p1, p2),
+        comparisons=_row_cost_comparisons(prof, a, b, picked), why=why, here=here,
         device=ctx.device, model=ctx.model, budget=ctx.budget.label,
         settings={"profile": prof.id, "profile source": prof.source},
         data={"profile": prof, "fit": (a, b), "chooser": {"alphas": ALPHAS, "here": mine, **depths}})
 
 
-def _row_cost_why(ctx: LessonContext, prof: CostProfile, a: float, b: float) -> str:
-    """Why an extra row costs what it does here, against seed 002's cards."""
+def row_cost_why(a: float, b: float, jump: float, depths: tuple[int, int, int], model: str,
+                 here: str = "this device") -> str:
+    """Why an extra row costs what it does here, against seed 002's cards, from the numbers:
+    the fit a + b·(rows − 1), what two rows cost in steps (`jump`) and the depths the chooser
+    picks at α = CHOOSER_ALPHA on (Strix Halo, R9700, here)."""
     ratio = b / a if a > 0 else float("nan")
-    why = (f"Here an extra row costs {fmt(ratio)} of a plain step ({fmt(b)} of {fmt(a)} ms), against "
-           f"{S.HALO_MS_PER_ROW / S.HALO_BASE_MS:.2f} on Strix Halo and {S.R9700_MS_PER_ROW / S.R9700_BASE_MS:.2f} "
-           f"on the R9700: the ratio is the card's arithmetic against its weight stream for this model "
-           f"({ctx.model} here, Flash-Next there), and the dearer the row, the shallower the chooser drafts")
-    jump = prof.ms(2) / prof.ms(1)
+    halo, r9700 = S.HALO_MS_PER_ROW / S.HALO_BASE_MS, S.R9700_MS_PER_ROW / S.R9700_BASE_MS
+    than = ("dearer than on both of seed 002's cards" if ratio > max(halo, r9700) else
+            "cheaper than on both of seed 002's cards" if ratio < min(halo, r9700) else
+            "between seed 002's two cards")
+    d_halo, d_r9700, d_here = depths
+    deeper = ("as deep as on both cards" if d_here == d_halo == d_r9700 else
+              "deeper than on either card" if d_here > max(d_halo, d_r9700) else
+              "shallower than on either card" if d_here < min(d_halo, d_r9700) else "between the cards")
+    why = (f"On {here} an extra row costs {fmt(ratio)} of a plain step ({fmt(b)} of {fmt(a)} ms), "
+           f"{than} ({halo:.2f} on Strix Halo, {r9700:.2f} on the R9700): the ratio is the device's "
+           f"arithmetic against its weight stream for {model} (Flash-Next there). At α = {CHOOSER_ALPHA} "
+           f"the chooser drafts {d_here} deep here, {deeper} "
+           f"({d_halo} Halo, {d_r9700} R9700)")
     why += (f"; the first extra row costs more than the fit says ({fmt(jump)} steps for two rows: one row "
-            "runs its own faster path), which a straight line smooths over." if jump > 1 + 1.5 * b / a else ".")
+            "runs its own faster path), which a straight line smooths over." if jump > 1 + 1.5 * ratio else ".")
     return why

@@ -9,6 +9,8 @@ this module is what to adapt. The lessons above it see only `decode`
 
 from __future__ import annotations
 
+import platform
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -75,11 +77,38 @@ class LessonContext:
 
     @property
     def device(self) -> str:
-        return str(self.rt.device_name)
+        """What the lesson runs on, by name: "Intel Xeon Processor (2 threads of 2)", "NVIDIA H200 (CUDA)"."""
+        return device_names(self.rt)[1]
+
+    @property
+    def here(self) -> str:
+        """"this CPU" or "this GPU": the figures' and the prose's name for it."""
+        return device_names(self.rt)[0]
 
     @property
     def model(self) -> str:
         return str(self.rt.model_id)
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name ("Intel Xeon Processor"), else what the platform says."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            name = next((ln.split(":", 1)[1] for ln in f if ln.lower().startswith("model name")), "")
+    except OSError:
+        name = ""
+    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    return " ".join(re.sub(r"\((R|TM|tm|r)\)", "", name).split())
+
+
+def device_names(rt: Any) -> tuple[str, str]:
+    """("this CPU" | "this GPU", its name) of a runtime's device."""
+    name = str(getattr(rt, "device_name", "") or "")
+    kind = getattr(getattr(rt, "device", None), "type", "cpu")
+    if kind == "cpu":
+        threads = re.search(r"\((\d+) threads? of (\d+)\)", name)
+        return "this CPU", cpu_model() + (f", {threads[1]} of {threads[2]} threads" if threads else "")
+    return "this GPU", name or kind
 
 
 # ---- prompts --------------------------------------------------------------------------------

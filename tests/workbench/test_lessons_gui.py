@@ -13,15 +13,18 @@ from workbench import theme
 
 
 def image_stats(path) -> tuple[int, set[str]]:
-    """(distinct colors on a 4-px grid, which theme data colors appear) of a PNG."""
+    """(distinct colors on a 4-px grid, which data colors of the handout's light palette appear)
+    of a PNG."""
+    from engine.lessons.svg_canvas import PALETTES
+    roles = PALETTES["light"].roles
     img = QImage(str(path))
     assert not img.isNull(), f"{path} is not an image"
     colors = set()
     for y in range(0, img.height(), 4):
         for x in range(0, img.width(), 4):
             colors.add(img.pixelColor(x, y).name())
-    data = {name for name, c in (("card", theme.ACCENT), ("green", theme.GREEN), ("red", theme.RED),
-                                 ("amber", theme.AMBER), ("orange", theme.OVERLAY_COLORS[1]))
+    data = {name for name, c in (("card", roles["card"]), ("green", roles["good"]), ("red", roles["bad"]),
+                                 ("amber", roles["warn"]), ("orange", roles["reference"]))
             if any(_near(QColor(c), QColor(p)) for p in colors)}
     return len(colors), data
 
@@ -39,6 +42,8 @@ def test_every_lessons_figure_is_drawn(qapp, lesson_result, name, tmp_path):
     n_colors, data = image_stats(path)
     assert n_colors > 40, f"{name}.png looks empty ({n_colors} colors)"
     assert data, f"{name}.png shows none of the data colors"
+    img = QImage(str(path))
+    assert img.width() == 1600 and QColor(img.pixel(2, 2)).name() == "#ffffff"     # light by default
 
 
 def test_the_lessons_menu_runs_a_lesson_in_one_click(qtbot, make_window, tmp_path):
@@ -56,7 +61,7 @@ def test_the_lessons_menu_runs_a_lesson_in_one_click(qtbot, make_window, tmp_pat
     assert progress and max(progress) > 0.5
     assert win.lessons.docks["knee"].isVisible()
     assert view.figure.result is result and len(view.figure.panels) == 1
-    assert "this card" in view.figure.table.text() and "25.3 ms" in view.figure.table.text()
+    assert "this CPU (" in view.figure.table.text() and "25.3 ms" in view.figure.table.text()
     for ext in ("png", "csv", "md"):
         assert (tmp_path / f"knee.{ext}").is_file()
     n_colors, data = image_stats(tmp_path / "knee.png")

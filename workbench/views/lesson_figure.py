@@ -1,6 +1,6 @@
 """A lesson's figure: its panels drawn with pyqtgraph, the write-up's numbers beside this
-card's, the reason they differ and the caption. One widget for the window's lesson docks and
-for `specscope lesson`'s PNG (`render_png`, offscreen).
+device's, the reason they differ and the caption, in the window's lesson docks; and the handout
+PNG (`render_png`): engine.lessons.svg's figure drawn by Qt, the same as NAME.svg.
 
 It draws any engine.lessons.figure.LessonResult: series are lines, points or bars (grouped by
 their x offsets), marks are labelled lines, colors are roles mapped onto the theme.
@@ -89,7 +89,7 @@ class LessonFigure(QWidget):
 def comparison_html(result: LessonResult) -> str:
     head = (f"<tr><th align='left' style='color:{theme.MUTED}'>quantity</th>"
             f"<th align='left' style='color:{theme.OVERLAY_COLORS[1]}'>the write-up</th>"
-            f"<th align='left' style='color:{theme.ACCENT}'>this card</th></tr>")
+            f"<th align='left' style='color:{theme.ACCENT}'>{html.escape(result.here_long)}</th></tr>")
     rows = "".join(
         f"<tr><td style='color:{theme.MUTED}'>{html.escape(c.quantity)}</td>"
         f"<td>{html.escape(c.shown('write_up'))}</td><td><b>{html.escape(c.shown('here'))}</b></td></tr>"
@@ -199,28 +199,38 @@ def _draw_series(plot, panel: Panel, s: Series, width: float) -> None:
         plot.addItem(text)
 
 
-def render_png(result: LessonResult, path: str | Path, size: tuple[int, int] = (1600, 980)) -> Path:
-    """Draw `result` offscreen and save it as a PNG (a QApplication must exist; the command line
-    makes one with the offscreen platform)."""
-    from PySide6.QtWidgets import QApplication
-    app = QApplication.instance()
-    if app is None:
-        raise RuntimeError("render_png needs a QApplication")
-    fig = LessonFigure()
-    fig.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
-    fig.setStyleSheet(f"background: {theme.PANEL};")
-    fig.set_result(result)
-    fig.resize(*size)
-    fig.show()
-    for _ in range(3):
-        app.processEvents()
+def svg_to_png(svg: str, path: str | Path, scale: float = 1.0) -> Path:
+    """An SVG document drawn into a PNG by Qt (a QGuiApplication must exist; no widget is shown)."""
+    from PySide6.QtCore import QByteArray, QRectF
+    from PySide6.QtGui import QImage, QPainter
+    from PySide6.QtSvg import QSvgRenderer
+    renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
+    if not renderer.isValid():
+        raise ValueError("the lesson's SVG does not parse")
+    size = renderer.defaultSize()
+    img = QImage(int(size.width() * scale), int(size.height() * scale), QImage.Format.Format_ARGB32)
+    img.fill(Qt.GlobalColor.white)
+    painter = QPainter(img)
+    painter.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
+    renderer.render(painter, QRectF(0, 0, img.width(), img.height()))
+    painter.end()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not fig.grab().save(str(path)):
+    if not img.save(str(path)):
         raise OSError(f"could not write {path}")
-    fig.close()
-    fig.deleteLater()
     return path
 
 
-__all__ = ["LessonFigure", "render_png", "fmt"]
+def render_png(result: LessonResult, path: str | Path, theme_name: str = "light") -> Path:
+    """The lesson's handout figure (engine.lessons.svg, light by default) as a PNG, drawn
+    offscreen: the same figure as NAME.svg. A QApplication must exist (the command line makes
+    one with the offscreen platform)."""
+    from PySide6.QtGui import QGuiApplication
+
+    from engine.lessons.svg import render_svg
+    if QGuiApplication.instance() is None:
+        raise RuntimeError("render_png needs a QGuiApplication")
+    return svg_to_png(render_svg(result, theme_name), path)
+
+
+__all__ = ["LessonFigure", "render_png", "svg_to_png", "fmt"]

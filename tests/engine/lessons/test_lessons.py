@@ -145,8 +145,8 @@ def test_knee_csv_is_the_probe(lesson_result):
     result, out = lesson_result("knee")
     prof = result.data["profile"]
     rows = read_csv(out, "knee")
-    assert points(rows, "this card: probe medians") == [(float(r), ms) for r, ms in prof.points]
-    for x, y in points(rows, "this card: fit"):
+    assert points(rows, "this CPU: probe medians") == [(float(r), ms) for r, ms in prof.points]
+    for x, y in points(rows, "this CPU: fit"):
         assert y == pytest.approx(prof.ms(int(x)), rel=1e-12)
     for x, y in points(rows, "RX 9070 XT, Qwen3.5-9B (seed 000): max(25.3, 1.04 × rows)"):
         assert y == pytest.approx(max(25.3, 1.04 * x))
@@ -159,7 +159,7 @@ def test_row_cost_csv_is_the_profile_and_the_seeds_fits(lesson_result):
     result, out = lesson_result("row-cost")
     prof = result.data["profile"]
     rows = read_csv(out, "row-cost")
-    for x, y in points(rows, "this card (probe)"):
+    for x, y in points(rows, "this CPU (probe)"):
         assert y == pytest.approx(prof.ms(int(x)) / prof.ms(1), rel=1e-12)
     halo = dict(points(rows, "Strix Halo 30.5 + 6.9 ms/row (seed 002)"))
     r9700 = dict(points(rows, "R9700 30.3 + 14.8 ms/row (seed 002)"))
@@ -167,7 +167,7 @@ def test_row_cost_csv_is_the_profile_and_the_seeds_fits(lesson_result):
     assert [round(halo[r], 2) for r in (2.0, 3.0, 4.0)] == list(S.HALO_BREAK_EVEN)
     assert [round(r9700[r], 2) for r in (2.0, 3.0, 4.0)] == list(S.R9700_BREAK_EVEN)
     # the chooser drafts no shallower as acceptance rises, on every card
-    for card in ("Strix Halo", "R9700", "this card"):
+    for card in ("Strix Halo", "R9700", "this CPU"):
         depths = [y for _, y in points(rows, card)]
         assert depths == sorted(depths)
     assert compare(rows, "tokens to break even, 1 draft")[1] == pytest.approx(prof.break_even(2))
@@ -318,3 +318,40 @@ def test_a_lesson_stops_when_asked(cpu_runtime):
     with pytest.raises(LessonCancelled):
         run_lesson("knee", cpu_runtime, Budget.quick_budget(), stop, progress)
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_lessons_svg_is_a_light_handout_readable_at_its_size(lesson_result, name):
+    """engine.lessons.svg (no Qt): well-formed, light by default and dark on request, no text under
+    14 px at the export width, the device named in the table's head."""
+    import xml.etree.ElementTree as ET
+
+    from engine.lessons.svg import render_svg
+    result, _ = lesson_result(name)
+    light, dark = render_svg(result), render_svg(result, "dark")
+    ns = "{http://www.w3.org/2000/svg}"
+    for text, bg in ((light, "#ffffff"), (dark, "#22272e")):
+        root = ET.fromstring(text)
+        assert root.get("width") == "1600"
+        assert root.find(f"{ns}rect").get("fill") == bg
+        sizes = [float(t.get("font-size")) for t in root.iter(f"{ns}text")]
+        assert sizes and min(sizes) >= 14
+    texts = [t.text for t in ET.fromstring(light).iter(f"{ns}text")]
+    assert result.here.startswith("this CPU") and any(t and t.startswith("this CPU (") for t in texts)
+    assert not any("this card" in (t or "") for t in texts)
+
+
+def test_probability_axes_stop_at_one(lesson_result):
+    result, _ = lesson_result("rejection")
+    for panel in result.panels:
+        assert panel.y_range is not None and panel.y_range[0] == 0 and panel.y_range[1] <= 1.0
+
+
+def test_acceptance_runs_each_workload_on_its_own_prompts(lesson_result):
+    """The three points are three workloads: different prompts, from the category named."""
+    result, _ = lesson_result("acceptance")
+    prompts = result.data["prompts"]
+    assert [pid.split("-")[0] for pid, _ in prompts["summarization"]] == ["summarization"]
+    assert [pid.split("-")[0] for pid, _ in prompts["roleplay"]] == ["roleplay"]
+    ids = [tuple(i) for name in prompts for _, i in prompts[name]]
+    assert len(set(ids)) == len(ids) == 3
