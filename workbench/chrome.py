@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QProgressBar, QToolBar, QWidget
 
 from workbench import export, theme
@@ -77,6 +77,7 @@ class Docks:
         self.mode: tuple[bool, bool] | None = None   # (narrow, short) in place; None: not yet
         self.user_arranged = False             # a dock was moved, floated or closed since
         self._arranging = False
+        self.more = None                       # () -> docks made later (workbench.window sets it)
         for name, widget in widgets.items():
             d = QDockWidget(DOCK_TITLES[name], win)
             d.setObjectName(name)
@@ -93,6 +94,14 @@ class Docks:
 
     def __getitem__(self, name: str) -> QDockWidget:
         return self.by_name[name]
+
+    def every_dock(self) -> list[QDockWidget]:
+        """The view docks in View menu order, then the lesson docks opened so far."""
+        return [self.by_name[n] for n in VIEW_MENU] + list(self.extra())
+
+    def extra(self) -> list[QDockWidget]:
+        """Docks made later (the lessons'): the window sets `more` to name them."""
+        return list(self.more()) if self.more is not None else []
 
     def _touched(self, *_) -> None:
         if not self._arranging:
@@ -132,6 +141,13 @@ class Docks:
                     win.tabifyDockWidget(by["stats"], by[name])
             for n, d in by.items():
                 d.setVisible(shown[n])
+            for d in self.extra():               # the lessons' docks: tabs behind the stats too
+                keep = show_all or not d.isHidden() or bool(win.tabifiedDockWidgets(d))
+                d.setFloating(False)
+                win.removeDockWidget(d)
+                win.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, d)
+                win.tabifyDockWidget(by["stats"], d)
+                d.setVisible(keep)
         finally:
             self._arranging = False
         self.mode = mode
@@ -261,10 +277,16 @@ def build_menus(win: QMainWindow, acts: Actions, docks: Docks) -> None:
     for a in (acts.previous, acts.next, acts.live):
         r.addAction(a)
     v = m.addMenu("&View")
-    for name in VIEW_MENU:
-        v.addAction(docks[name].toggleViewAction())
-    v.addSeparator()
-    v.addAction(acts.reset_layout)
+    v.setObjectName("view_menu")
+
+    def fill() -> None:           # rebuilt each time it opens: lesson docks are made on first use
+        v.clear()
+        for d in docks.every_dock():
+            v.addAction(d.toggleViewAction())
+        v.addSeparator()
+        v.addAction(acts.reset_layout)
+    fill()
+    v.aboutToShow.connect(fill)
 
 
 def update_actions(acts: Actions, state: str, paused: bool, live: bool, blocked: str = "") -> None:
@@ -281,6 +303,11 @@ def update_actions(acts: Actions, state: str, paused: bool, live: bool, blocked:
     acts.pause.setIcon(theme.icon_run() if resume else theme.icon_pause())
     acts.step.setEnabled((live or not busy) and not blocked)
     acts.stop.setEnabled(busy)
+
+
+def plural(n: int, word: str) -> str:
+    """'1 window', '3 windows'."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 class StatusLine:
@@ -320,13 +347,31 @@ class StatusLine:
         self.progress.setValue(done)
         self.progress.show()
 
-    def finished(self, report: dict) -> None:
+    def finished(self, report: dict, stopped_for: str = "") -> None:
+        """The run's last word; `stopped_for`: the job (sweep, race, lesson) the window stopped
+        it for, said instead of a bare "stopped"."""
         reason = report.get("finish_reason")
-        self.say(f"done: {report.get('new_tokens', 0)} tokens in {report.get('windows', 0)} windows, "
-                 f"{report.get('tok_s', 0):.1f} tok/s, {report.get('tokens_per_pass', 0):.2f} tokens/pass "
-                 f"({FINISH_WORDS.get(reason, reason or 'stopped')})")
+        why = FINISH_WORDS.get(reason, reason or "stopped")
+        if reason == "stopped" and stopped_for:
+            why = f"stopped for the {stopped_for}: Run (F5) starts a new run"
+        self.say(f"done: {plural(report.get('new_tokens', 0), 'token')} in "
+                 f"{plural(report.get('windows', 0), 'window')}, {report.get('tok_s', 0):.1f} tok/s, "
+                 f"{report.get('tokens_per_pass', 0):.2f} tokens/pass ({why})")
 
     def set_state(self, text: str) -> None:
         color = STATE_COLOR.get(text, theme.MUTED)
         self.chip.setText(text)
         self.chip.setStyleSheet(f"color: {color}; border-color: {color};")
+
+
+def cap_window(win: QMainWindow, asked) -> None:
+    """`win` no larger than the size `asked` (a QSize), nor than its screen's free area (a real
+    screen's: the offscreen platform's 800x800 is no screen)."""
+    w, h = asked.width(), asked.height()
+    screen = win.screen()
+    if screen is not None and QGuiApplication.platformName() not in ("offscreen", "minimal"):
+        avail = screen.availableGeometry()
+        frame = win.frameGeometry().size() - win.size()
+        w, h = min(w, avail.width() - frame.width()), min(h, avail.height() - frame.height())
+    if win.width() > w or win.height() > h:
+        QMainWindow.resize(win, min(win.width(), w), min(win.height(), h))

@@ -21,11 +21,12 @@ class JobDock(QWidget):
     def __init__(self, worker: GeneratorWorker, context: Callable[[], tuple[Any, Any]],
                  before_job: Callable[[], None], parent=None):
         """context() -> (RuntimeSpec, the card's cost profile or None); before_job() frees the
-        model (stops the live run)."""
+        model (stops the live run) and says what it stopped ('' or None: nothing)."""
         super().__init__(parent)
         self.worker, self.context, self.before_job = worker, context, before_job
         self.job_id = 0
         self.running = False
+        self.freed = ""                  # what before_job stopped, in words ('' when nothing)
         worker.yielded.connect(self._yielded)
         worker.returned.connect(self._returned)
         worker.errored.connect(self._errored)
@@ -41,7 +42,7 @@ class JobDock(QWidget):
     # ---- the lifecycle ----------------------------------------------------------------------
     def run_job(self, body) -> None:
         """Run `body` (a job body of workbench.jobs) on the window's model."""
-        self.before_job()
+        self.freed = self.before_job() or ""
         spec, _ = self.context()
         self.running = True
         self.job_id = self.worker.submit(Job(spec, body, kind=self.kind))

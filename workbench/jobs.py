@@ -92,11 +92,15 @@ def live_run(host, prompt: Any, settings: DecodeSettings, controls: queue.Queue,
         ctx.note(RunStarted(replace(dec.run_header(prompt), activation_dtype=activation_dtype(rt))))
         ctx.state("running")
         gen = dec.windows()
-        cut, n = "", 0
+        # the report's clock stops at the last window (the decoder's wall_s), so it leaves out
+        # the pauses before that window only: a pause after it (then Stop, or the end found
+        # at the next step) is no decoding time to take out (94.9 tok/s against 23.9)
+        cut, n, paused_s = "", 0, 0.0
         try:
             for ev in gen:
                 n += 1
-                yield unpaused_event(ev, ctx.paused_s)
+                paused_s = ctx.paused_s
+                yield unpaused_event(ev, paused_s)
                 if max_windows is not None and n >= max_windows:
                     cut = "windows"
                     break
@@ -104,7 +108,7 @@ def live_run(host, prompt: Any, settings: DecodeSettings, controls: queue.Queue,
             cut = "stopped"
         finally:
             gen.close()
-        return final_report(dec.run_report(), ctx.paused_s, cut)
+        return final_report(dec.run_report(), paused_s, cut)
     return body
 
 

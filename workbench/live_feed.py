@@ -67,7 +67,7 @@ class LiveFeed:
         win = self.win
         win.last_report = report
         win.store.report = report
-        win.status.finished(report)
+        win.status.finished(report, win.stopped_for)
         win.presenter.mark()
 
     def on_failed(self, message: str, kind: str) -> None:
@@ -85,3 +85,35 @@ class LiveFeed:
         if win.run.busy and win.mode == "live":
             win.run.send_settings(s)
             win.status.say("settings sent: they apply at the next window")
+
+    def free_model(self, job: str) -> str:
+        """Stop the live run so that a sweep, race or lesson (`job`) can use the model; what was
+        stopped, in words, said in the status bar too ('' when no live run was going). Its last
+        word then names the job (workbench.chrome.StatusLine.finished)."""
+        win = self.win
+        if not (win.run.busy and win.mode == "live"):
+            return ""
+        n = len(win.store)
+        win.stopped_for = job
+        win.run.stop()
+        said = (f"the live run was stopped after {n} window{'' if n == 1 else 's'} for the {job} "
+                "(one model, one job at a time): Run (F5) starts it again")
+        win.status.say(said)
+        return said
+
+    def apply_cell(self, cell: dict) -> DecodeSettings | None:
+        """Use a sweep cell's drafting settings (sampling and length kept): the live run takes
+        them at its next window, and the next run starts with them. Refused (None, and said)
+        while a recording is replayed: its windows were decoded with their own settings."""
+        from engine.tuning.grid import with_cell
+        win = self.win
+        if win.mode == "replay":
+            win.status.say(f"sweep cell {cell['id']} not applied: a recording is replayed (its "
+                           "windows keep their settings); Run (F5) starts a live run first")
+            return None
+        s = with_cell(win.controls.valid_settings(), cell["settings"])
+        win.controls.set_settings(s)
+        self.send_settings(s)
+        win.status.say(f"applied sweep cell {cell['id']} ({cell['ratio_to_ar']:.2f}x plain decoding "
+                       "in the sweep)" + (": the next window uses it" if win.run.busy else ""))
+        return s

@@ -114,6 +114,9 @@ class RaceDock(JobDock):
         self.result.setText("racing…")
         self._show_exact_plan(a, b)
         self.run_job(race_job(prompt, a, b, profile))
+        if self.freed:                     # the live run made way: said here, not only in the status bar
+            self.result.setText("racing… (the live run was stopped for it: Run starts it again)")
+            self.result.setToolTip(self.freed)
         self._timer.start()
         return True
 

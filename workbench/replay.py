@@ -44,6 +44,7 @@ class ReplayController:
         self._take_settings(store.header)
         win.timeline.live.setChecked(True)
         win.timeline.set_count(len(store))
+        self.follow(win.timeline.value())
         win.status.source.setText(self.source_text())
         win.status.say(f"replaying {Path(path).name}: {len(store)} windows")
         win.update_actions()
@@ -66,6 +67,18 @@ class ReplayController:
                 self.win.feed.use_profile(CostProfile.from_dict(prof))
             except SpecscopeError:
                 pass
+
+    def follow(self, idx: int) -> None:
+        """The controls show the settings window `idx` of the recording was decoded with (the
+        run's first settings, changed where the user changed them mid-run), not the first's."""
+        store = self.win.store
+        if not self.active or not 0 <= idx < len(store):
+            return
+        settings = {**(store.header.get("settings") or {}), **(store[idx].settings or {})}
+        try:
+            self.win.controls.set_settings(DecodeSettings.from_dict(settings))
+        except (TypeError, ParameterError):
+            pass
 
     def leave(self) -> None:
         """A live run takes over (said at once: the model may take a while to load)."""

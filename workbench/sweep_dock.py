@@ -160,6 +160,8 @@ class SweepDock(JobDock):
         self.bar.setFormat("starting…")
         self.status.setText(f"resuming {out / 'sweep.json'}" if previous else f"sweeping into {out}")
         self.run_job(sweep_job(cfg, out, previous, profile))
+        if self.freed:
+            self.status.setText(f"{self.status.text()}; the live run was stopped for it")
         return True
 
     def cancel(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QSize, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QMainWindow
 
 from engine.errors import ParameterError
@@ -49,6 +49,8 @@ class MainWindow(QMainWindow):
         benchmarks); a new one by default."""
         super().__init__()
         self.setWindowTitle("specscope")
+        self._asked = QSize(1640, 1000)
+        self._sized = False
         self.resize(1640, 1000)
         self.spec = spec
         self.probe = probe
@@ -58,6 +60,7 @@ class MainWindow(QMainWindow):
         self.last_report: dict | None = None
         self.last_error: tuple[str, str] | None = None
         self.model_failed = False          # the model could not be loaded (Run and Step wait for another)
+        self.stopped_for = ""              # the job (sweep, race, lesson) the live run was stopped for
 
         # one thread runs the live run, a sweep and a race in turn, on one loaded model
         self.host = host or ModelHost()
@@ -69,9 +72,10 @@ class MainWindow(QMainWindow):
         self.acts = chrome.build_actions(self)
         chrome.build_toolbars(self, self.acts, self.timeline, self.banner)
         chrome.build_menus(self, self.acts, self.docks)
-        self.lessons = Lessons(self, self._job_context, self._free_model,
+        self.lessons = Lessons(self, self._job_context, lambda: self._free_model("lesson"),
                                lambda m: self.show_error(m, "Lesson"), beside=self.docks["stats"])
         self.lessons.add_menu(self.menuBar())
+        self.docks.more = lambda: self.lessons.docks.values()    # in View, and in Reset layout
         self.status = chrome.StatusLine(self)
         self.presenter = Presenter(self.views, self.timeline, self.status, parent=self,
                                    running=lambda: self.run.state not in ("idle", "paused"),
@@ -110,23 +114,36 @@ class MainWindow(QMainWindow):
         self.controls = ControlsPanel()
         self.banner = Banner()
         self.timeline = Timeline()
-        self.sweep = SweepDock(self.worker, self._job_context, self._free_model)
-        self.race = RaceDock(self.worker, self._job_context, self._race_base, self._free_model)
+        self.sweep = SweepDock(self.worker, self._job_context, lambda: self._free_model("sweep"))
+        self.race = RaceDock(self.worker, self._job_context, self._race_base,
+                             lambda: self._free_model("race"))
         # in drawing order; every one is handed the same Shown (workbench.views.base)
         self.views = (self.tree, self.rows, self.penalty, self.output, self.roofline, *self.stats.parts)
         self.docks = chrome.Docks(self, controls=self.controls, tree=self.tree, rows=self.rows,
                                   penalty=self.penalty, output=self.output_dock, roofline=self.roofline,
                                   stats=self.stats, sweep=self.sweep, race=self.race)
-        self._sized = False
+
+    def resize(self, *size) -> None:
+        """A size asked for (--size, a test): kept when a dock put back would grow the window."""
+        super().resize(*size)
+        self._asked = QSize(size[0], size[1]) if len(size) == 2 else QSize(size[0])
 
     def showEvent(self, e) -> None:
         super().showEvent(e)
         if not self._sized:          # dock sizes only take once the window has its geometry
             self._sized = True
+            chrome.cap_window(self, self._asked)
             self.docks.fit_window(reset=True)
 
     def resizeEvent(self, e) -> None:
         super().resizeEvent(e)
+        if e.spontaneous():          # the user (or the window manager) sized it
+            self._asked = e.size()
+        elif self._sized and (e.size().height() > self._asked.height()
+                              or e.size().width() > self._asked.width()):
+            # grown on its own (a floated dock put back asked for room): back to the size asked,
+            # never past the screen (it grew to 1301 px tall on a 1080 px screen)
+            QTimer.singleShot(0, lambda: chrome.cap_window(self, self._asked))
         if self._sized:              # a size across a line of workbench.chrome.Docks: another arrangement
             QTimer.singleShot(0, self.docks.fit_window)
 
@@ -140,7 +157,7 @@ class MainWindow(QMainWindow):
         self.presenter.rendered.connect(self.rendered)
         self.controls.settings_changed.connect(self.feed.send_settings)
         self.sweep.llamacpp.profile_ready.connect(self.roofline.set_engine_profile)
-        self.timeline.index_changed.connect(lambda _: self.presenter.mark())
+        self.timeline.index_changed.connect(lambda i: (self.presenter.mark(), self.replay.follow(i)))
         self.tree.row_selected.connect(self.select_row)
         self.rows.row_selected.connect(self.select_row)
         self.prompt_editor.error.connect(lambda m: self.show_error(m, "Prompt"))
@@ -160,6 +177,7 @@ class MainWindow(QMainWindow):
             return False
         self.banner.hide()
         self.last_error = None
+        self.stopped_for = ""
         self.replay.leave()
         self.store.clear()
         self.last_report = None
@@ -212,22 +230,14 @@ class MainWindow(QMainWindow):
     def _job_context(self):
         return self.spec, self.card_profile
 
-    def _free_model(self) -> None:
-        self.run.stop()
+    def _free_model(self, job: str = "job") -> str:
+        return self.feed.free_model(job)
 
     def _race_base(self):
         return self.prompt_editor.prompt(), self.controls.settings()
 
-    def apply_cell(self, cell: dict) -> DecodeSettings:
-        """Use a sweep cell's drafting settings (sampling and length kept): the live run takes
-        them at its next window, and the next run starts with them."""
-        from engine.tuning.grid import with_cell
-        s = with_cell(self.controls.valid_settings(), cell["settings"])
-        self.controls.set_settings(s)
-        self.feed.send_settings(s)
-        self.status.say(f"applied sweep cell {cell['id']} ({cell['ratio_to_ar']:.2f}x AR in the sweep)"
-                        + (": the next window uses it" if self.run.busy else ""))
-        return s
+    def apply_cell(self, cell: dict) -> DecodeSettings | None:
+        return self.feed.apply_cell(cell)
 
     def race_cells(self, a: str, b: str) -> None:
         self.race.set_entrants(a, b)
