@@ -24,12 +24,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine.errors import ParameterError
 from engine.weights import (CPU_FAST_TYPES, CpuFastWeight, CpuInt8Blocks, PackedWeight,
                             cpu_fast_linear, cpu_int8_blocks_linear, cpu_int8_blocks_top, invariant_dense,
                             packed_linear, prepare_cpu)
 
 Weight = torch.Tensor | PackedWeight | CpuFastWeight | CpuInt8Blocks
 CPU_KERNELS = ("fast", "exact")
+
+
+def check_cpu_kernels(cpu_kernels: str) -> str:
+    """cpu_kernels when it names one of CPU_KERNELS, else a ParameterError saying which."""
+    if cpu_kernels not in CPU_KERNELS:
+        raise ParameterError(f"cpu_kernels must be one of {', '.join(CPU_KERNELS)}, got {cpu_kernels!r}")
+    return cpu_kernels
 
 
 def _merge(parts: list[Weight]) -> list[Weight]:
@@ -98,8 +106,7 @@ class Linear:
 
     def __init__(self, parts: list[Weight], bias: torch.Tensor | None = None,
                  cpu_kernels: str = "exact"):
-        if cpu_kernels not in CPU_KERNELS:
-            raise ValueError(f"cpu_kernels must be one of {CPU_KERNELS}, got {cpu_kernels!r}")
+        check_cpu_kernels(cpu_kernels)
         merged = _merge(parts)
         if cpu_kernels == "fast":
             merged = [prepare_cpu(p) if cpu_fast_eligible(p) else p for p in merged]

@@ -36,7 +36,7 @@ from engine.model.device import (device_name, dtype_name, one_torch_thread, pick
 from engine.errors import ParameterError
 from engine.limits import MAX_ROWS
 from engine.model.graphs import TOPK, GraphBucket, PrefillBucket
-from engine.model.linear import CPU_KERNELS, cpu_fast_available
+from engine.model.linear import check_cpu_kernels, cpu_fast_available
 from engine.model.transformer import Transformer
 from engine.weights import CPU_FAST_TYPES
 
@@ -96,6 +96,22 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def _weights_form(loaded: "LoadedModel", device: torch.device, dtype: str, weights: str,
+                  cpu_kernels: str) -> tuple[bool, str]:
+    """(packed, cpu_kernels): whether the weights stay packed, and the CPU kernels they take."""
+    # auto: packed on a GPU, where a pass streams the weights and 4-bit weights stream ~4x
+    # faster than 16-bit ones. On a CPU with AVX-512, packed when the fast int4 kernels take
+    # every linear weight of the file (Q4_0/Q4_1/Q4_K): decode measured ~2x float32's here
+    # (BENCHMARKS.md, "CPU: packed weights"); otherwise dequantized float weights (BLAS).
+    # The int4 kernels compute in bfloat16: auto takes them only when the dtype is auto
+    # too, and an explicit float32 / float16 never gets them (its arithmetic is honoured)
+    if dtype not in ("auto", "bfloat16"):
+        cpu_kernels = "exact"
+    packed = weights == "packed" or (weights == "auto" and (
+        device.type != "cpu" or (cpu_kernels == "fast" and dtype == "auto" and cpu_fast_fits(loaded))))
+    return packed, cpu_kernels
+
+
 class Runtime:
     def __init__(self, loaded: "LoadedModel", device: str = "auto", dtype: str = "auto",
                  capacity: int | None = None, graphs: bool | None = None,
@@ -103,9 +119,7 @@ class Runtime:
                  progress: Callable[[str, float], None] | None = None, cpu_kernels: str = "fast"):
         if weights not in WEIGHT_MODES:
             raise ParameterError(f"--weights must be one of {', '.join(WEIGHT_MODES)}, got {weights!r}")
-        if cpu_kernels not in CPU_KERNELS:
-            raise ParameterError(f"cpu_kernels must be one of {', '.join(CPU_KERNELS)}, "
-                                 f"got {cpu_kernels!r}")
+        check_cpu_kernels(cpu_kernels)
         self.loaded = loaded
         self.config = loaded.config
         self.tokenizer = loaded.tokenizer
@@ -113,17 +127,7 @@ class Runtime:
         self.dtype = pick_dtype(dtype, self.device)
         self.dtype_name = dtype_name(self.dtype)
         self.device_name = device_name(self.device)
-        # auto: packed on a GPU, where a pass streams the weights and 4-bit weights stream ~4x
-        # faster than 16-bit ones. On a CPU with AVX-512, packed when the fast int4 kernels take
-        # every linear weight of the file (Q4_0/Q4_1/Q4_K): decode measured ~2x float32's here
-        # (BENCHMARKS.md, "CPU: packed weights"); otherwise dequantized float weights (BLAS).
-        # The int4 kernels compute in bfloat16: auto takes them only when the dtype is auto
-        # too, and an explicit float32 / float16 never gets them (its arithmetic is honoured)
-        if dtype not in ("auto", "bfloat16"):
-            cpu_kernels = "exact"
-        packed = weights == "packed" or (weights == "auto" and (
-            self.device.type != "cpu" or (cpu_kernels == "fast" and dtype == "auto"
-                                          and cpu_fast_fits(loaded))))
+        packed, cpu_kernels = _weights_form(loaded, self.device, dtype, weights, cpu_kernels)
         self.dtype_request = dtype          # "auto" or a dtype name: a draft model opens with it
         # what a cost profile is measured for: the model file and the form of its weights
         self.model_id = loaded.source.name
@@ -133,24 +137,38 @@ class Runtime:
                                      packed=packed, progress=progress, cpu_kernels=cpu_kernels)
         synchronize(self.device)
         self.load_s = loaded.load_s + time.perf_counter() - t0
+        self._describe_weights()
+        # whether every verify row equals the one-row pass bit for bit (module doc); where it
+        # does not, a greedy row whose top-2 margin is within the dtype's rounding noise may
+        # pick another token than plain decoding would: such rows are flagged as near ties
+        self.exact_rows = self.model.verify_attention is not None
+        self.tie_margin = 0.0 if self.exact_rows else TIE_MARGINS.get(self.dtype_name, 1e-4)
+        self._set_up_passes(graphs, compile)
+        # the capacity a new session starts at (a session grows past it only when a request
+        # needs more); sessions handed back (`Session.close`) wait here for the next request
+        # with their captured graphs, so a run does not capture them again
+        self.default_capacity = capacity or min(self.config.max_context, 2048)
+        self._idle: list[Session] = []
+
+    def _describe_weights(self) -> None:
+        """The loaded weights in words and bytes: activation_dtype, weight_bytes, weights_mode,
+        weights_label, and the packed mark on model_id."""
         summary = self.model.weights_summary()
         # what the linear layers multiply in: bfloat16 on the fast CPU kernels (int4 weights,
         # bfloat16 activations, a bfloat16 LM head), else the model's dtype
         self.activation_dtype = "bfloat16" if self.model.cpu_fast else self.dtype_name
         self.weight_bytes = summary["bytes"]
         self.weights_mode = "packed" if summary["packed_types"] else "dequantized"
-        fmt = loaded.file_type or "+".join(summary["file_types"])
+        fmt = self.loaded.file_type or "+".join(summary["file_types"])
         where = "in memory" if self.device.type == "cpu" else "on the card"
         if self.weights_mode == "packed":
             self.model_id += f" {PACKED_MARK}"
             self.weights_label = f"{fmt} packed, {_gb(self.weight_bytes)} {where}"
         else:
             self.weights_label = f"{fmt} as {self.dtype_name}, {_gb(self.weight_bytes)} {where}"
-        # whether every verify row equals the one-row pass bit for bit (module doc); where it
-        # does not, a greedy row whose top-2 margin is within the dtype's rounding noise may
-        # pick another token than plain decoding would: such rows are flagged as near ties
-        self.exact_rows = self.model.verify_attention is not None
-        self.tie_margin = 0.0 if self.exact_rows else TIE_MARGINS.get(self.dtype_name, 1e-4)
+
+    def _set_up_passes(self, graphs: bool | None, compile: bool | None) -> None:
+        """Whether passes replay captured graphs and run compiled, and the graphs' memory pools."""
         self.use_graphs = (self.device.type == "cuda") if graphs is None else graphs
         # torch.compile inside the graphs fuses the ~25 small kernels of each layer (GPU only;
         # SPECSCOPE_COMPILE=1 opts in: the first compile costs tens of seconds, later runs hit
@@ -166,11 +184,6 @@ class Runtime:
         # them only (never with a verify graph's logits)
         self._prefill_pool = (torch.cuda.graph_pool_handle()
                               if self.use_graphs and self.device.type == "cuda" else None)
-        # the capacity a new session starts at (a session grows past it only when a request
-        # needs more); sessions handed back (`Session.close`) wait here for the next request
-        # with their captured graphs, so a run does not capture them again
-        self.default_capacity = capacity or min(self.config.max_context, 2048)
-        self._idle: list[Session] = []
 
     # -- sessions ------------------------------------------------------------------------
     def session(self, capacity: int, spare: int = 0) -> "Session":

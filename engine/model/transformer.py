@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from engine.model.attention import WindowLayout, bind_layout_attention, gqa_bias, sdpa_gqa
 from engine.model.cache import KVCache
-from engine.model.linear import CPU_KERNELS, Linear, cpu_fast_available
+from engine.model.linear import Linear, check_cpu_kernels, cpu_fast_available
 from engine.model.source import TensorSource
 from engine.weights import (CPU_FAST_TYPES, CpuInt8Blocks, PackedWeight, dequantize_packed,
                             prepare_cpu_q8, qtype_of, widen_q6_k)
@@ -54,6 +54,53 @@ def widen_q6k_default(device: torch.device) -> bool:
     return device.type == "cuda" and torch.version.hip is None
 
 
+class _Placer:
+    """Builds a model's weights on its device one at a time, in the order they were always
+    read, calling `progress` about every hundredth weight."""
+
+    def __init__(self, weights: dict[str, TensorSource], n_weights: int, device: torch.device,
+                 dtype: torch.dtype, packed: bool, progress: Callable[[str, float], None] | None):
+        self.weights, self.n_weights, self.device, self.dtype = weights, n_weights, device, dtype
+        self.packed, self.progress = packed, progress
+        self.done = 0
+        self.every = max(1, n_weights // 100)
+        self.widen = widen_q6k_default(device)
+
+    def _step(self) -> None:
+        self.done += 1
+        if self.progress is not None and self.done % self.every == 0:
+            self.progress("placing weights on the device", self.done / self.n_weights)
+
+    def dense(self, name: str) -> torch.Tensor:
+        t = self.weights[name].dense(self.device, self.dtype)
+        self._step()
+        return t
+
+    def linear(self, name: str) -> torch.Tensor | PackedWeight:
+        src = self.weights[name]
+        if self.packed and src.packable:
+            self._step()
+            pw = src.packed(self.device)
+            # Q6_K quants widened to int8 where that is faster (widen_q6k_default)
+            return widen_q6_k(pw) if self.widen and pw.qtype == "Q6_K" else pw
+        return self.dense(name)
+
+    def layer(self, cfg: ModelConfig, i: int, kern: str) -> Layer:
+        w, lin, p = self.dense, self.linear, f"layers.{i}."
+        # built in the order the weights were always read (the progress callback counts them)
+        attn_norm = w(p + "attn_norm")
+        bias = torch.cat([w(p + "q_bias"), w(p + "k_bias"), w(p + "v_bias")]) if cfg.qkv_bias else None
+        # q, k, v fused: [(Hq + 2 Hkv) * D, H]
+        qkv = Linear([lin(p + "q"), lin(p + "k"), lin(p + "v")], bias, kern)
+        q_norm, k_norm = (w(p + "q_norm"), w(p + "k_norm")) if cfg.qk_norm else (None, None)
+        o = Linear([lin(p + "o")], cpu_kernels=kern)
+        mlp_norm = w(p + "mlp_norm")
+        # gate and up fused: [2 I, H]
+        gate_up = Linear([lin(p + "gate"), lin(p + "up")], cpu_kernels=kern)
+        down = Linear([lin(p + "down")], cpu_kernels=kern)
+        return Layer(attn_norm, qkv, o, mlp_norm, gate_up, down, q_norm, k_norm)
+
+
 class Transformer:
     """Holds the weights (fused where it saves passes over memory) and the RoPE tables.
 
@@ -70,56 +117,18 @@ class Transformer:
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  packed: bool = False, progress: Callable[[str, float], None] | None = None,
                  cpu_kernels: str = "fast"):
-        if cpu_kernels not in CPU_KERNELS:
-            raise ValueError(f"cpu_kernels must be one of {CPU_KERNELS}, got {cpu_kernels!r}")
+        check_cpu_kernels(cpu_kernels)
         self.cfg = cfg
         self.device = torch.device(device)
         self.dtype = dtype
         names = [n for n in weights if not (cfg.tie_embeddings and n == "lm_head")]
         self.file_types = sorted({weights[n].qtype for n in names})
-        done = [0]
-        every = max(1, len(names) // 100)
-
-        def step() -> None:
-            done[0] += 1
-            if progress is not None and done[0] % every == 0:
-                progress("placing weights on the device", done[0] / len(names))
-
-        def w(name: str) -> torch.Tensor:
-            t = weights[name].dense(self.device, dtype)
-            step()
-            return t
-
-        widen = widen_q6k_default(self.device)
-
-        def lin(name: str) -> torch.Tensor | PackedWeight:
-            src = weights[name]
-            if packed and src.packable:
-                step()
-                pw = src.packed(self.device)
-                # Q6_K quants widened to int8 where that is faster (widen_q6k_default)
-                return widen_q6_k(pw) if widen and pw.qtype == "Q6_K" else pw
-            return w(name)
-
+        place = _Placer(weights, len(names), self.device, dtype, packed, progress)
         kern = cpu_kernels if self.device.type == "cpu" and cpu_fast_available() else "exact"
-        self.embed = w("embed")                                   # [V, H]
-        head = self.embed if cfg.tie_embeddings else lin("lm_head")
-        self.norm = w("norm")
-        self.layers: list[Layer] = []
-        for i in range(cfg.n_layers):
-            p = f"layers.{i}."
-            # built in the order the weights were always read (the progress callback counts them)
-            attn_norm = w(p + "attn_norm")
-            bias = torch.cat([w(p + "q_bias"), w(p + "k_bias"), w(p + "v_bias")]) if cfg.qkv_bias else None
-            # q, k, v fused: [(Hq + 2 Hkv) * D, H]
-            qkv = Linear([lin(p + "q"), lin(p + "k"), lin(p + "v")], bias, kern)
-            q_norm, k_norm = (w(p + "q_norm"), w(p + "k_norm")) if cfg.qk_norm else (None, None)
-            o = Linear([lin(p + "o")], cpu_kernels=kern)
-            mlp_norm = w(p + "mlp_norm")
-            # gate and up fused: [2 I, H]
-            gate_up = Linear([lin(p + "gate"), lin(p + "up")], cpu_kernels=kern)
-            down = Linear([lin(p + "down")], cpu_kernels=kern)
-            self.layers.append(Layer(attn_norm, qkv, o, mlp_norm, gate_up, down, q_norm, k_norm))
+        self.embed = place.dense("embed")                         # [V, H]
+        head = self.embed if cfg.tie_embeddings else place.linear("lm_head")
+        self.norm = place.dense("norm")
+        self.layers: list[Layer] = [place.layer(cfg, i, kern) for i in range(cfg.n_layers)]
         if self.cpu_fast:
             src = weights["embed" if cfg.tie_embeddings else "lm_head"]
             q8 = (head if isinstance(head, PackedWeight) else
@@ -218,6 +227,34 @@ class Transformer:
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rot * sin
 
+    def _layer(self, i: int, L: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               cache: KVCache, slots: torch.Tensor, attend: Callable | None, bias: torch.Tensor | None,
+               inv: bool) -> torch.Tensor:
+        """Layer i of the eager forward: x [R, H] in, x [R, H] out; writes its keys and values."""
+        cfg = self.cfg
+        R = x.shape[0]
+        Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        h = self._rms(x, L.attn_norm)
+        qkv = L.qkv(h, invariant=inv)                               # [R, (Hq+2Hkv)D]
+        qk = qkv[:, :(Hq + Hkv) * D].view(R, Hq + Hkv, D)
+        v = qkv[:, (Hq + Hkv) * D:].view(R, Hkv, D)
+        if cfg.qk_norm:
+            qk = torch.cat([self._rms(qk[:, :Hq], L.q_norm),
+                            self._rms(qk[:, Hq:], L.k_norm)], dim=1)
+        qk = self._rotate(qk, cos, sin)                       # [R, Hq+Hkv, D]
+        k = qk[:, Hq:].transpose(0, 1)                        # [Hkv, R, D]
+        cache.write(i, k, v.transpose(0, 1), slots)
+        if attend is not None:
+            kc, vc = cache.kv[i, 0], cache.kv[i, 1]           # [Hkv, C, D]
+            a = attend(qk[:, :Hq], kc, vc).to(x.dtype).reshape(R, Hq * D)
+        else:
+            a = sdpa_gqa(qk[:, :Hq], cache, i, bias)
+        x = L.o(a, residual=x, invariant=inv)                       # x + a @ o^T
+        h = self._rms(x, L.mlp_norm)
+        gate, up = L.gate_up(h, invariant=inv).chunk(2, dim=-1)
+        x = L.down(F.silu(gate) * up, residual=x, invariant=inv)
+        return x
+
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
                 cache: KVCache, slots: torch.Tensor, last_only: bool = False,
                 layout: WindowLayout | None = None, exit_layer: int | None = None,
@@ -245,10 +282,7 @@ class Transformer:
                                       exit_layer)
         if getattr(self.layers[0].gate_up, "swiglu_block", None):
             raise RuntimeError("this model's gate|up rows are interleaved for the fused forward")
-        cfg = self.cfg
-        R = tokens.shape[0]
-        Hq, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        G = Hq // Hkv
+        G = self.cfg.n_heads // self.cfg.n_kv_heads
         x = F.embedding(tokens, self.embed)                       # [R, H]
         cos = self.cos[positions].unsqueeze(1)                    # [R, 1, D]
         sin = self.sin[positions].unsqueeze(1)
@@ -258,28 +292,9 @@ class Transformer:
                   if self.verify_attention is not None and layout is not None and not last_only
                   else None)
         inv = attend is not None     # the linear layers too: row-invariant kernels (linear.py)
-        if attend is None:
-            bias = gqa_bias(mask, G, x.dtype)
+        bias = gqa_bias(mask, G, x.dtype) if attend is None else None
         for i, L in enumerate(self.layers[:exit_layer]):
-            h = self._rms(x, L.attn_norm)
-            qkv = L.qkv(h, invariant=inv)                               # [R, (Hq+2Hkv)D]
-            qk = qkv[:, :(Hq + Hkv) * D].view(R, Hq + Hkv, D)
-            v = qkv[:, (Hq + Hkv) * D:].view(R, Hkv, D)
-            if cfg.qk_norm:
-                qk = torch.cat([self._rms(qk[:, :Hq], L.q_norm),
-                                self._rms(qk[:, Hq:], L.k_norm)], dim=1)
-            qk = self._rotate(qk, cos, sin)                       # [R, Hq+Hkv, D]
-            k = qk[:, Hq:].transpose(0, 1)                        # [Hkv, R, D]
-            cache.write(i, k, v.transpose(0, 1), slots)
-            if attend is not None:
-                kc, vc = cache.kv[i, 0], cache.kv[i, 1]           # [Hkv, C, D]
-                a = attend(qk[:, :Hq], kc, vc).to(x.dtype).reshape(R, Hq * D)
-            else:
-                a = sdpa_gqa(qk[:, :Hq], cache, i, bias)
-            x = L.o(a, residual=x, invariant=inv)                       # x + a @ o^T
-            h = self._rms(x, L.mlp_norm)
-            gate, up = L.gate_up(h, invariant=inv).chunk(2, dim=-1)
-            x = L.down(F.silu(gate) * up, residual=x, invariant=inv)
+            x = self._layer(i, L, x, cos, sin, cache, slots, attend, bias, inv)
         if last_only:
             x = x[-1:]
         h = self._rms(x, self.norm)
