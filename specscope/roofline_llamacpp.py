@@ -1,8 +1,12 @@
 """`specscope roofline --engine llamacpp`: llama.cpp's own pass cost by rows, by the user's
-llama-bench, fitted and saved as a profile of its own (engine.cost.llamacpp_bench).
+llama-bench, fitted and saved as a profile of its own (engine.cost.llamacpp_bench); then what a
+drafted row and a drafted window cost in llama.cpp's own speculative loop, by the
+llama-speculative-simple beside that llama-bench (engine.tuning.llamacpp_loop), kept in the
+same profile for the export to price with.
 
     specscope roofline --engine llamacpp --llama-bench build/bin/llama-bench [--model F.gguf]
                        [--context 1024] [--threads N] [--llama-bench-args "-ngl 99 -fa 1"]
+                       [--llama-spec-args "..."] [--no-loop-calibration]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from engine.cost.llamacpp_bench import (LLAMA_BENCH_ROWS, LLAMA_BENCH_TIMEOUT_S,
 from engine.cost.probe import cache_dir, resolve_profile
 from engine.cost.profile import CostProfile
 from engine.errors import ParameterError
+from engine.tuning.llamacpp_loop import format_calibration, profile_calibration
 from specscope.progress import Progress
 
 
@@ -34,6 +39,12 @@ def add_llamacpp_args(p: argparse.ArgumentParser) -> None:
                    help="--engine llamacpp: more llama-bench flags, e.g. \"-ngl 99 -fa 1\"")
     p.add_argument("--llama-bench-timeout", type=float, default=None, metavar="SECONDS",
                    help=f"--engine llamacpp: stop llama-bench after this long (default {LLAMA_BENCH_TIMEOUT_S:.0f})")
+    p.add_argument("--no-loop-calibration", dest="loop_calibration", action="store_false",
+                   help="--engine llamacpp: skip timing llama.cpp's speculative loop (the "
+                        "llama-speculative-simple beside llama-bench, a few prompts, seconds on a GPU)")
+    p.add_argument("--llama-spec-args", default=None,
+                   help="--engine llamacpp: flags for llama-speculative-simple (default: llama-bench's "
+                        "-ngl and -fa as it ran, e.g. \"-ngl 99 -fa on\")")
 
 
 def _rows(text: str | None) -> list[int]:
@@ -72,13 +83,47 @@ def run_llamacpp_roofline(a: argparse.Namespace, out: TextIO | None = None) -> i
     records = run_llama_bench(cmd, progress=say, timeout_s=timeout)
     profile = profile_from_llama_bench(records, a.context, command=cmd,
                                        source=f"{shlex.join(cmd)} ({records[0].get('test_time', '')})")
+    profile, why_not = calibrate_profile(a, binary, model, profile, say)
     path = Path(a.out) if a.out else cache_dir() / f"{profile.id}.json"
     profile.save(path)
     raw = path.with_suffix(".llama-bench.json")
     raw.write_text(json.dumps(records, indent=1))
     print(format_llamacpp_report(profile, ours_beside(profile)), file=out)
+    cal = profile_calibration(profile)
+    print("\n" + "\n".join(format_calibration(cal) if cal else [f"llama.cpp's loop not calibrated: {why_not}"]),
+          file=out)
     print(f"\nprofile written to {path}; llama-bench's own JSON to {raw}", file=out)
     return 0
+
+
+def calibrate_profile(a: argparse.Namespace, bench: Path, model: Path, profile: CostProfile,
+                      say: Progress) -> tuple[CostProfile, str]:
+    """The profile with llama.cpp's loop calibration (engine.tuning.llamacpp_loop), or as it
+    was and why not: skipped, no llama-speculative-simple beside llama-bench, or it failed."""
+    from engine.tuning.llamacpp_loop import (LOOP_CONFIGS, LOOP_PROMPTS, LoopCalibrationError, calibrate_loop,
+                                             find_speculative_simple,
+                                             loop_args_from_profile, with_calibration)
+    if not getattr(a, "loop_calibration", True):
+        return profile, "--no-loop-calibration (the export prices on llama-bench's pass alone)"
+    spec = find_speculative_simple(bench)
+    if spec is None:
+        why = (f"no llama-speculative-simple beside {bench} (cmake --build build --target "
+               "llama-speculative-simple); the export prices on llama-bench's pass alone")
+        print(f"note: {why}", file=sys.stderr)
+        return profile, why
+    given = getattr(a, "llama_spec_args", None)
+    try:
+        extra = shlex.split(given) if given is not None else loop_args_from_profile(profile)
+    except ValueError as e:
+        raise ParameterError(f"--llama-spec-args {given[:200]!r}: {e}") from None
+    print(f"timing llama.cpp's speculative loop: {spec} on {len(LOOP_PROMPTS)} prompts, plain and {len(LOOP_CONFIGS)} n-gram settings",
+          file=sys.stderr, flush=True)
+    try:
+        cal = calibrate_loop(spec, model, profile, threads=a.threads, extra=extra, progress=say)
+    except LoopCalibrationError as e:
+        print(f"note: llama.cpp's loop not calibrated: {e}", file=sys.stderr)
+        return profile, str(e)
+    return with_calibration(profile, cal), ""
 
 
 def ours_beside(profile: CostProfile) -> CostProfile | None:

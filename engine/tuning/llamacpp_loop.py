@@ -16,7 +16,11 @@ common/sampling.cpp 558-580):
 
 Each window emits its accepted drafts plus one, so windows = decoded - n_accept; the 1-token
 decodes are the windows that drafted nothing (llama-context.cpp 781-791 counts a decode of one
-token as a run), so drafted windows = windows - runs. In plain steps of the same prompt's plain
+token as a run), except the first window, whose decode is counted with the prompt's batch (no
+synchronisation between them: the FIXME at llama-context.cpp 776-778; the recorded runs show it:
+plain decoding of 65 tokens prints 64 runs). So drafted windows = windows - 1 - runs, or one more
+when the first window drafted, which the counters do not say: at least enough windows to hold
+n_drafted at the setting's size_m. In plain steps of the same prompt's plain
 run (decode_s / decoded of the never-drafting run), `fit_loop` solves
 
     measured steps = curve steps + window_overhead x drafted windows + row_overhead x drafted rows
@@ -49,8 +53,9 @@ LOOP_TIMEOUT_S = 300.0
 # (cur_len <= n + m + 1 drafts nothing, common/ngram-map.cpp 65) is plain decoding in its loop
 NEVER_DRAFTS = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1024",
                 "--spec-ngram-simple-size-m", "1024")
-# drafts long and short, copied and hashed: the fit needs windows of several sizes
-LOOP_CONFIGS = (LlamaCppConfig("ngram-simple", 12, 48), LlamaCppConfig("ngram-simple", 3, 8),
+# drafts long and short, copied and hashed: the fit needs windows of several sizes (llama.cpp's
+# default ngram-simple 12/48 finds no 12-token match in prompts this short: it would not draft)
+LOOP_CONFIGS = (LlamaCppConfig("ngram-simple", 3, 8), LlamaCppConfig("ngram-simple", 4, 32),
                 LlamaCppConfig("ngram-map-k", 4, 16))
 # raw text, no chat template (any model continues it): material to copy and prose, so that some
 # windows draft and accept, some draft and fail, some draft nothing
@@ -123,11 +128,14 @@ class LoopRun:
 
     @property
     def drafted_windows(self) -> int | None:
-        if self.one_row_runs is not None:
-            return max(0, min(self.windows, self.windows - self.one_row_runs))
-        if self.batch_tokens is not None and self.encoded is not None:
-            return max(0, self.batch_tokens - (self.encoded - 1) - self.drafted)
-        return None
+        """Windows that drafted (module docstring: the first window's decode is not a run)."""
+        if self.one_row_runs is None:
+            return None
+        if not self.drafted:
+            return 0
+        m = re.search(r" m(\d+)", self.setting)
+        at_least = -(-self.drafted // int(m.group(1))) if m else 1
+        return min(self.windows, max(at_least, self.windows - 1 - self.one_row_runs))
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

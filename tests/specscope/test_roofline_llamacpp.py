@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import stat
+import sys
 from pathlib import Path
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp"
@@ -61,3 +62,66 @@ def test_one_line_for_each_failure(tmp_path, capsys, monkeypatch) -> None:
     crash = _script(tmp_path, "echo 'Segmentation fault' >&2\nexit 139\n")
     code, out, err = _roofline(capsys, "--llama-bench", str(crash))
     assert code == 2 and "failed (exit 139): Segmentation fault" in err and "Traceback" not in err
+
+
+def _fake_speculative_simple(bindir: Path) -> Path:
+    """A stand-in llama-speculative-simple beside the stand-in llama-bench: prints the recorded
+    stderr of the real one (fixture speculative-simple_cpu_smollm2.json) for the run's prompt
+    (the -f file's name) and setting (its flags)."""
+    from engine.tuning.llamacpp_loop import LOOP_CONFIGS, NEVER_DRAFTS
+    flags = {" ".join(NEVER_DRAFTS): "plain", **{" ".join(c.flags()): c.id for c in LOOP_CONFIGS}}
+    b = bindir / "llama-speculative-simple"
+    b.write_text(f"""#!{sys.executable}
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+prompt = Path(args[args.index("-f") + 1]).stem
+words = " ".join(args[args.index("--spec-type"):])
+setting = {flags!r}[words]
+rec = json.loads(Path({str(FIX / "speculative-simple_cpu_smollm2.json")!r}).read_text())
+run = next(r for r in rec["runs"] if r["prompt"] == prompt and r["setting"] == setting)
+sys.stderr.write(run["stderr"])
+""")
+    b.chmod(b.stat().st_mode | stat.S_IEXEC)
+    return b
+
+
+def _bench_beside(tmp_path: Path) -> tuple[Path, int]:
+    fx = json.loads((FIX / "llama-bench_cpu-t1_smollm2-q4_1_d1024.json").read_text())
+    (tmp_path / "records.json").write_text(json.dumps(fx["records"]))
+    return _script(tmp_path, f"cat '{tmp_path / 'records.json'}'\n"), fx["records"][0]["n_depth"]
+
+
+def test_llamacpps_loop_is_calibrated_and_kept_in_the_profile(tmp_path, capsys) -> None:
+    from engine.cost.profile import CostProfile
+    from engine.tuning.llamacpp_loop import LOOP_CONFIGS, LOOP_PROMPTS, profile_calibration
+    b, depth = _bench_beside(tmp_path)
+    _fake_speculative_simple(tmp_path)
+    code, out, err = _roofline(capsys, "--llama-bench", str(b), "--context", str(depth), "--threads", "1",
+                               "--out", str(tmp_path / "lcpp.json"))
+    assert code == 0, err
+    n = len(LOOP_PROMPTS) * (1 + len(LOOP_CONFIGS))
+    assert f"llama.cpp's loop [1/{n}] code plain" in err and f"[{n}/{n}]" in err     # progress
+    cal = profile_calibration(CostProfile.load(tmp_path / "lcpp.json"))
+    assert cal is not None and cal.row_overhead >= 0 and cal.window_overhead >= 0
+    rec = json.loads((FIX / "speculative-simple_cpu_smollm2.json").read_text())
+    assert len(cal.runs) == len([r for r in rec["runs"] if r["setting"] != "plain"
+                                 and "n_drafted = 0\n" not in r["stderr"]])
+    assert cal.command[0] == str(tmp_path / "llama-speculative-simple") and "-t" in cal.command
+    assert f"each drafted row {cal.row_overhead:.2f} plain steps" in out
+    assert {s["setting"] for s in cal.settings} == {c.id for c in LOOP_CONFIGS}
+
+
+def test_without_llama_speculative_simple_the_profile_is_kept_uncalibrated(tmp_path, capsys) -> None:
+    from engine.cost.profile import CostProfile
+    from engine.tuning.llamacpp_loop import profile_calibration
+    b, depth = _bench_beside(tmp_path)
+    code, out, err = _roofline(capsys, "--llama-bench", str(b), "--context", str(depth),
+                               "--out", str(tmp_path / "lcpp.json"))
+    assert code == 0 and "no llama-speculative-simple beside" in err
+    assert profile_calibration(CostProfile.load(tmp_path / "lcpp.json")) is None
+    _fake_speculative_simple(tmp_path)
+    code, out, err = _roofline(capsys, "--llama-bench", str(b), "--context", str(depth), "--no-loop-calibration",
+                               "--out", str(tmp_path / "lcpp2.json"))
+    assert code == 0 and "llama.cpp's loop" not in err and "--no-loop-calibration" in out
+    assert profile_calibration(CostProfile.load(tmp_path / "lcpp2.json")) is None
