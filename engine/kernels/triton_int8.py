@@ -82,6 +82,59 @@ def _bytes_i8(w):
     return tl.reshape(tl.join(tl.join(b0, b2), tl.join(b1, b3)), [BN, 4 * NW])
 
 
+@triton.jit
+def _i8_operands(scp, mnp, up, up2, pd, pdm, xs_ptr, rn, rm, M, K256, sb, X2: tl.constexpr):
+    """Superblock sb's small operands (see _q4k_i8_kernel): sub-block scales and mins, the
+    x sums (and the residual's), the weight's d and dmin, the x scale."""
+    rmask = rm < M
+    sc = tl.load(scp + sb * 8).to(tl.int32)                         # [BN, 4, 2]
+    mnh = tl.load(mnp + sb * 8).to(tl.float16)                      # [BN, 16]
+    u = tl.load(up + sb * 16, mask=rmask[None, :], other=0.0)      # [16, BM]
+    u2 = tl.load(up2 + sb * 16, mask=rm[None, :] < M * X2, other=0.0)
+    d = tl.load(pd + rn * K256 + sb).to(tl.float32)
+    dm = tl.load(pdm + rn * K256 + sb).to(tl.float32)
+    xs = tl.load(xs_ptr + rm * K256 + sb, mask=rmask, other=0.0)
+    return sc, mnh, u, u2, d, dm, xs
+
+
+@triton.jit
+def _i8_superblock(accf, wp, xp, xp2, sb, m4, sc, mnh, u, u2, d, dm, xs, rmask, X2: tl.constexpr):
+    """accf [BN, BM] plus superblock sb's products (see _q4k_i8_kernel)."""
+    kb = sb * 256
+    w = tl.load(wp + sb * 32)                                   # [BN, 4, 8]
+    q = tl.join(w & m4, (w >> 4) & m4)                          # [BN, 4, 8, 2]
+    sl = (sc & 7)[:, :, None, :]
+    sh = (sc >> 3)[:, :, None, :]
+    xt = tl.load(xp + kb, mask=rmask[None, :], other=0)        # [256, BM]
+    a_l = _bytes_i8(q * sl)
+    a_h = _bytes_i8(q * sh)
+    acc_l = tl.dot(a_l, xt, out_dtype=tl.int32)
+    acc_h = tl.dot(a_h, xt, out_dtype=tl.int32)
+    isum = (acc_l + 8 * acc_h).to(tl.float32)
+    # min term sum_j mn_j * u_j, exact: fp16 products of small integers, fp32 sums < 2^24
+    acc_m = tl.dot(mnh, u)
+    if X2:
+        xt2 = tl.load(xp2 + kb, mask=rmask[None, :], other=0)
+        acc_l2 = tl.dot(a_l, xt2, out_dtype=tl.int32)
+        acc_h2 = tl.dot(a_h, xt2, out_dtype=tl.int32)
+        isum = tl.fma((acc_l2 + 8 * acc_h2).to(tl.float32), 0.00390625, isum)
+        acc_m = tl.fma(tl.dot(mnh, u2), 0.00390625, acc_m)
+    a = d[:, None] * xs[None, :]
+    b = dm[:, None] * xs[None, :]
+    accf = tl.fma(a, isum, accf)
+    accf = tl.fma(-b, acc_m, accf)
+    return accf
+
+
+@triton.jit
+def _i8_store(accf, o_ptr, rn_out, rm, rmask, N, som, sop, pid_s, SPLIT: tl.constexpr):
+    mask = rmask[None, :] & (rn_out[:, None] < N)
+    if SPLIT:
+        tl.store(o_ptr + pid_s * sop + rm[None, :] * som + rn_out[:, None], accf, mask=mask)
+    else:
+        tl.store(o_ptr + rm[None, :] * som + rn_out[:, None], accf.to(o_ptr.dtype.element_ty), mask=mask)
+
+
 @triton.jit(do_not_specialize=["M"])
 def _q4k_i8_kernel(xq_ptr, xq2_ptr, xs_ptr, xu_ptr, xu2_ptr, o_ptr, pq, pd, pdm, psc, pmn,
                    M, N, K, som, sop, K8, K32, K128, K256, K16,
@@ -124,54 +177,17 @@ def _q4k_i8_kernel(xq_ptr, xq2_ptr, xs_ptr, xu_ptr, xu2_ptr, o_ptr, pq, pd, pdm,
     up2 = xu2_ptr + rm[None, :] * K16 + tl.arange(0, 16)[:, None]
     # The small per-superblock operands (scales, mins, x scale and sums) are too narrow for
     # the pipeliner's async copies: they are loaded one superblock ahead, into registers.
-    sb = pid_s * TPS
-    sc = tl.load(scp + sb * 8).to(tl.int32)                         # [BN, 4, 2]
-    mnh = tl.load(mnp + sb * 8).to(tl.float16)                      # [BN, 16]
-    u = tl.load(up + sb * 16, mask=rmask[None, :], other=0.0)      # [16, BM]
-    u2 = tl.load(up2 + sb * 16, mask=rm[None, :] < M * X2, other=0.0)
-    d = tl.load(pd + rn * K256 + sb).to(tl.float32)
-    dm = tl.load(pdm + rn * K256 + sb).to(tl.float32)
-    xs = tl.load(xs_ptr + rm * K256 + sb, mask=rmask, other=0.0)
+    sc, mnh, u, u2, d, dm, xs = _i8_operands(scp, mnp, up, up2, pd, pdm, xs_ptr, rn, rm, M, K256,
+                                             pid_s * TPS, X2)
     last = pid_s * TPS + TPS - 1
     for i in range(0, TPS):
         sb = pid_s * TPS + i
         nb = tl.minimum(sb + 1, last)
-        sc_n = tl.load(scp + nb * 8).to(tl.int32)
-        mnh_n = tl.load(mnp + nb * 8).to(tl.float16)
-        u_n = tl.load(up + nb * 16, mask=rmask[None, :], other=0.0)
-        u2_n = tl.load(up2 + nb * 16, mask=rm[None, :] < M * X2, other=0.0)
-        d_n = tl.load(pd + rn * K256 + nb).to(tl.float32)
-        dm_n = tl.load(pdm + rn * K256 + nb).to(tl.float32)
-        xs_n = tl.load(xs_ptr + rm * K256 + nb, mask=rmask, other=0.0)
-        kb = sb * 256
-        w = tl.load(wp + sb * 32)                                   # [BN, 4, 8]
-        q = tl.join(w & m4, (w >> 4) & m4)                          # [BN, 4, 8, 2]
-        sl = (sc & 7)[:, :, None, :]
-        sh = (sc >> 3)[:, :, None, :]
-        xt = tl.load(xp + kb, mask=rmask[None, :], other=0)        # [256, BM]
-        a_l = _bytes_i8(q * sl)
-        a_h = _bytes_i8(q * sh)
-        acc_l = tl.dot(a_l, xt, out_dtype=tl.int32)
-        acc_h = tl.dot(a_h, xt, out_dtype=tl.int32)
-        isum = (acc_l + 8 * acc_h).to(tl.float32)
-        # min term sum_j mn_j * u_j, exact: fp16 products of small integers, fp32 sums < 2^24
-        acc_m = tl.dot(mnh, u)
-        if X2:
-            xt2 = tl.load(xp2 + kb, mask=rmask[None, :], other=0)
-            acc_l2 = tl.dot(a_l, xt2, out_dtype=tl.int32)
-            acc_h2 = tl.dot(a_h, xt2, out_dtype=tl.int32)
-            isum = tl.fma((acc_l2 + 8 * acc_h2).to(tl.float32), 0.00390625, isum)
-            acc_m = tl.fma(tl.dot(mnh, u2), 0.00390625, acc_m)
-        a = d[:, None] * xs[None, :]
-        b = dm[:, None] * xs[None, :]
-        accf = tl.fma(a, isum, accf)
-        accf = tl.fma(-b, acc_m, accf)
+        sc_n, mnh_n, u_n, u2_n, d_n, dm_n, xs_n = _i8_operands(scp, mnp, up, up2, pd, pdm, xs_ptr, rn, rm, M,
+                                                               K256, nb, X2)
+        accf = _i8_superblock(accf, wp, xp, xp2, sb, m4, sc, mnh, u, u2, d, dm, xs, rmask, X2)
         sc, mnh, u, u2, d, dm, xs = sc_n, mnh_n, u_n, u2_n, d_n, dm_n, xs_n
-    mask = rmask[None, :] & (rn_out[:, None] < N)
-    if SPLIT:
-        tl.store(o_ptr + pid_s * sop + rm[None, :] * som + rn_out[:, None], accf, mask=mask)
-    else:
-        tl.store(o_ptr + rm[None, :] * som + rn_out[:, None], accf.to(o_ptr.dtype.element_ty), mask=mask)
+    _i8_store(accf, o_ptr, rn_out, rm, rmask, N, som, sop, pid_s, SPLIT)
 
 
 # ---------------------------------------------------------------------------------------------

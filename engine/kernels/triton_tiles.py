@@ -290,6 +290,29 @@ def _store_swiglu(acc, o_ptr, row0, pid_n, M, som):
              mask=rm[None, :] < M)
 
 
+@triton.jit
+def _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop,
+               NMB: tl.constexpr, SPLIT: tl.constexpr, SWIGLU: tl.constexpr):
+    """The NMB 16-row slices' accumulators stored: through the SwiGLU epilogue, or as they are
+    (as split-K partials when SPLIT)."""
+    if SWIGLU:
+        _store_swiglu(acc0, o_ptr, 0, pid_n, M, som)
+        if NMB > 1:
+            _store_swiglu(acc1, o_ptr, 16, pid_n, M, som)
+        if NMB > 2:
+            _store_swiglu(acc2, o_ptr, 32, pid_n, M, som)
+        if NMB > 3:
+            _store_swiglu(acc3, o_ptr, 48, pid_n, M, som)
+    else:
+        _store(acc0, o_ptr, 0, rn_out, M, N, som, sop, pid_s, SPLIT)
+        if NMB > 1:
+            _store(acc1, o_ptr, 16, rn_out, M, N, som, sop, pid_s, SPLIT)
+        if NMB > 2:
+            _store(acc2, o_ptr, 32, rn_out, M, N, som, sop, pid_s, SPLIT)
+        if NMB > 3:
+            _store(acc3, o_ptr, 48, rn_out, M, N, som, sop, pid_s, SPLIT)
+
+
 @triton.jit(do_not_specialize=["M"])   # one compiled kernel per row-slice count, whatever M
 def _packed_mm_kernel(
     x_ptr, o_ptr, p0, p1, p2, p3, p4, p5,
@@ -346,22 +369,7 @@ def _packed_mm_kernel(
                 acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, d1,
                                                  rn, kb + 256, M, K, sxm, K8, K16, NMB, IEEE)
 
-    if SWIGLU:
-        _store_swiglu(acc0, o_ptr, 0, pid_n, M, som)
-        if NMB > 1:
-            _store_swiglu(acc1, o_ptr, 16, pid_n, M, som)
-        if NMB > 2:
-            _store_swiglu(acc2, o_ptr, 32, pid_n, M, som)
-        if NMB > 3:
-            _store_swiglu(acc3, o_ptr, 48, pid_n, M, som)
-    else:
-        _store(acc0, o_ptr, 0, rn_out, M, N, som, sop, pid_s, SPLIT)
-        if NMB > 1:
-            _store(acc1, o_ptr, 16, rn_out, M, N, som, sop, pid_s, SPLIT)
-        if NMB > 2:
-            _store(acc2, o_ptr, 32, rn_out, M, N, som, sop, pid_s, SPLIT)
-        if NMB > 3:
-            _store(acc3, o_ptr, 48, rn_out, M, N, som, sop, pid_s, SPLIT)
+    _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU)
 
 
 @triton.jit
