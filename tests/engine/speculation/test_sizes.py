@@ -1,6 +1,7 @@
-"""The house limits (../shared/STYLE.md: small files, one concept each) on the speculation, cost,
-io, lessons and tuning packages and the command line: no function over 60 lines, no class over
-250, counted by the parser (docstrings and comments included)."""
+"""The house limits (../shared/STYLE.md: small files, one concept each) on the whole engine, the
+workbench and the command line: no function over 60 lines, no class over 250, counted by the
+parser (docstrings and comments included). Triton kernels count like any function: the
+@triton.jit helpers they call are inlined by the compiler."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-PACKAGES = ("engine/speculation", "engine/session.py", "engine/cost", "engine/io", "engine/lessons",
-            "engine/tuning", "specscope")
+PACKAGES = ("engine", "workbench", "specscope")
 MAX_FUNCTION, MAX_CLASS = 60, 250
 
 # Allowed past the limit, each with its reason; the figure is a ceiling it may not grow past.
@@ -17,11 +17,10 @@ OVER = {
     # a line-for-line port of llama.cpp's common_ngram_map_draft (common/ngram-map.cpp): kept in
     # the original's shape, one block per block, so it can be read against the C++ side by side
     "engine/speculation/llamacpp_ngram.py:NgramMap.draft": 88,
-    # NOT YET SPLIT (issue 32 ran out of time): ceilings at today's length, to come down to 60
-    "engine/io/gguf_header.py:_parse_header": 97,
-    "engine/io/tokenizer.py:Tokenizer.from_gguf_fields": 71,
-    "engine/io/hf.py:read_config": 71,
-    "engine/io/gguf_file.py:config_from_metadata": 64,
+    # ceilings at today's length, to come down to 60 (issue 32): being split
+    "workbench/app.py:main": 69,
+    # not yet split: no one's part of issue 32's third step (the bounded child-process reader)
+    "engine/childproc.py:run_bounded": 108,
 }
 
 
@@ -40,11 +39,8 @@ def sizes() -> dict[str, tuple[str, int]]:
                 visit(child, path, prefix)
 
     for pkg in PACKAGES:
-        base = ROOT / pkg
-        for f in ([base] if base.is_file() else sorted(base.rglob("*.py"))):
+        for f in sorted((ROOT / pkg).rglob("*.py")):
             rel = f.relative_to(ROOT).as_posix()
-            if rel in ("specscope/sweep_cmd.py", "engine/tuning/eta.py"):   # another issue's files
-                continue
             visit(ast.parse(f.read_text(encoding="utf-8")), rel, "")
     return out
 
