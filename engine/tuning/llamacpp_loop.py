@@ -169,8 +169,10 @@ def loop_args_from_profile(profile: CostProfile) -> list[str]:
     out = []
     if e.get("n_gpu_layers") is not None:
         out += ["-ngl", str(e["n_gpu_layers"])]
-    if e.get("flash_attn") is not None:
-        out += ["-fa", "on" if e["flash_attn"] in (1, True, "1", "on", "true") else "off"]
+    fa = e.get("flash_attn")
+    if fa is not None:
+        out += ["-fa", "on" if fa in (1, True, "1", "on", "true") else
+                "off" if fa in (0, False, "0", "off", "false") else "auto"]
     return out
 
 
