@@ -1,20 +1,26 @@
-"""The AR floor: measure instead of guessing whether this request gains from speculation at all.
+"""The AR floor: measure instead of guessing whether this request gains from speculation, and
+keep measuring, since acceptance moves along a request and a desktop's speed moves under it.
 
 1. time one ordinary plain decode step (`want_plain_step()` is True until `record_plain`);
-2. probe up to `max_probes` speculative windows, each timed (`record_window`);
-3. the first probe that is strictly cheaper per emitted token than the plain step decides
-   "speculating" for the rest of the request;
-4. if none was, retire: plain decoding until the request ends (`want_plain_step()` stays
-   True). A tie is not cheaper; an invalid timing (not a positive finite ms, or no emitted
-   token) retires at once, since nothing can be concluded from it.
+2. probe up to `max_probes` speculative windows, each timed (`record_window`); the first that
+   is strictly cheaper per emitted token than a plain step starts "speculating";
+3. while speculating, the cost per token of the last `recent` windows (their milliseconds over
+   their tokens) is compared with the plain step after every window: once it is not below,
+   the floor retires to plain steps; every `refresh` windows one plain step re-times plain
+   decoding (the plain cost is the median of the last five plain steps);
+4. retired (no probe paid, or speculation stopped paying), it takes plain steps and, after
+   `reprobe` of them, probes one window again: if that window pays, speculation resumes; if
+   not, the wait doubles (up to `max_reprobe`). A tie is not cheaper; an invalid timing (not
+   a positive finite ms, or no emitted token) retires for good, since nothing can be concluded.
 
-The floor bounds the probing (one plain step and at most `max_probes` windows before the
-decision), not the request's wall time. Make one per request (or call `reset`). Its state in
-words is `reason`, made from `figures` by engine.cost.plan.floor_status.
+What is timed is the window's wall time (planning, drafting, the pass and the commit), so the
+host's own cost of speculating counts against it. Make one per request (or call `reset`). Its
+state in words is `reason`, made from `figures` by engine.cost.plan.floor_status.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from engine.cost import plan as P
@@ -25,18 +31,33 @@ PROBING, SPECULATING, RETIRED = "probing", "speculating", "retired"
 
 
 class ArFloor:
-    def __init__(self, max_probes: int = 3) -> None:
+    def __init__(self, max_probes: int = 3, recent: int = 8, refresh: int = 32, reprobe: int = 16,
+                 max_reprobe: int = 128) -> None:
         if max_probes < 1:
             raise ParameterError(f"the AR floor needs at least one probe window, got {max_probes}")
-        self.max_probes = max_probes
+        self.max_probes, self.recent, self.refresh = max_probes, recent, refresh
+        self.reprobe, self.max_reprobe = reprobe, max_reprobe
         self.reset()
 
     def reset(self) -> None:
         self.state = PROBING
-        self.ar_ms: float | None = None
+        self.plain_ms: deque[float] = deque(maxlen=5)
+        self.windows: deque[tuple[float, int]] = deque(maxlen=self.recent)
         self.probes: list[tuple[float, int]] = []
         self.ar_windows = 0          # plain steps taken while the floor was on
+        self.since_plain = 0         # speculative windows since the last plain step
+        self.wait = self.reprobe     # plain steps between probes once retired
+        self.plain_left = 0          # plain steps before the next probe (retired)
+        self.final = False           # retired for good (an invalid timing)
         self.figures: dict[str, Any] = {"status": P.FLOOR_TIMING}
+
+    @property
+    def ar_ms(self) -> float | None:
+        """What one plain step costs: the median of the last plain steps timed."""
+        if not self.plain_ms:
+            return None
+        xs = sorted(self.plain_ms)
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
     @property
     def reason(self) -> str:
@@ -47,39 +68,75 @@ class ArFloor:
         return self.state == RETIRED
 
     def want_plain_step(self) -> bool:
-        """True: the decoder should run a plain step (calibration, or retired)."""
-        return self.state == RETIRED or (self.state == PROBING and self.ar_ms is None)
+        """True: the decoder should run a plain step (timing, a refresh, or retired)."""
+        if self.state == PROBING:
+            return self.ar_ms is None
+        if self.state == SPECULATING:
+            return self.since_plain >= self.refresh
+        return self.final or self.plain_left > 0
 
     def record_plain(self, ms: float) -> None:
         self.ar_windows += 1
-        if self.state == PROBING and self.ar_ms is None:
-            if not valid_ms(ms):
-                self._retire(status=P.FLOOR_BAD_PLAIN, ms=ms)
-            else:
-                self.ar_ms = float(ms)
-                self.figures = {"status": P.FLOOR_READY, "ar_ms": self.ar_ms}
+        if self.final:
+            return
+        if not valid_ms(ms):
+            self._retire(final=True, status=P.FLOOR_BAD_PLAIN, ms=ms)
+            return
+        self.plain_ms.append(float(ms))
+        self.since_plain = 0
+        if self.state == PROBING and not self.probes:
+            self.figures = {"status": P.FLOOR_READY, "ar_ms": self.ar_ms}
+        elif self.state == RETIRED:
+            self.plain_left = max(0, self.plain_left - 1)
+        elif self.state == SPECULATING:
+            self._judge()
 
     def record_window(self, ms: float, emitted: int) -> None:
-        if self.state != PROBING:
+        if self.final or self.state == RETIRED and self.plain_left > 0:
             return
         if self.ar_ms is None:
             raise ParameterError("the AR floor times a plain step first: check want_plain_step()")
         if not valid_ms(ms) or emitted < 1:
-            self._retire(status=P.FLOOR_BAD_WINDOW, ms=ms, tokens=emitted)
+            self._retire(final=True, status=P.FLOOR_BAD_WINDOW, ms=ms, tokens=emitted)
             return
+        self.since_plain += 1
+        if self.state == SPECULATING:
+            self.windows.append((float(ms), int(emitted)))
+            self._judge()
+            return
+        # a probe: the first one of the request, or one after a wait in plain steps
         self.probes.append((float(ms), int(emitted)))
-        per_token = ms / emitted
-        n = len(self.probes)
+        per_token, n = ms / emitted, len(self.probes)
         if per_token < self.ar_ms:
             self.state = SPECULATING
+            self.windows.clear()
+            self.windows.append((float(ms), int(emitted)))
+            self.wait = self.reprobe
             self.figures = {"status": P.FLOOR_SPECULATING, "probes": n, "per_token": per_token,
                             "ar_ms": self.ar_ms}
-        elif n >= self.max_probes:
-            best = min(m / e for m, e in self.probes)
-            self._retire(status=P.FLOOR_NO_GAIN, probes=n, best=best, ar_ms=self.ar_ms)
+        elif self.state == RETIRED or n >= self.max_probes:
+            if self.state == RETIRED:
+                self.wait = min(2 * self.wait, self.max_reprobe)
+            self._retire(status=P.FLOOR_NO_GAIN, probes=n, best=min(m / e for m, e in self.probes),
+                         ar_ms=self.ar_ms, next=self.wait)
         else:
             self.figures = {"status": P.FLOOR_PROBE, "probes": n, "per_token": per_token}
 
-    def _retire(self, **figures: Any) -> None:
+    def _judge(self) -> None:
+        """Speculating: retire once the recent windows do not beat a plain step per token."""
+        ms = sum(m for m, _ in self.windows)
+        tokens = sum(e for _, e in self.windows)
+        per_token = ms / tokens
+        if per_token < self.ar_ms:
+            self.figures = {"status": P.FLOOR_SPECULATING, "probes": len(self.probes),
+                            "per_token": per_token, "ar_ms": self.ar_ms}
+        else:
+            self._retire(status=P.FLOOR_STOPPED, windows=len(self.windows), per_token=per_token,
+                         ar_ms=self.ar_ms, next=self.wait)
+
+    def _retire(self, final: bool = False, **figures: Any) -> None:
         self.state = RETIRED
+        self.final = self.final or final
+        self.plain_left = 0 if final else self.wait
+        self.probes = [] if not final else self.probes
         self.figures = figures

@@ -96,6 +96,7 @@ def price_figures(prefix: str, p: Plan) -> dict[str, Any]:
 TAKEOVER_LABELS = {"ngram": "n-gram tree", "plain": "plain decoding"}
 FLOOR_TIMING, FLOOR_READY, FLOOR_PROBE, FLOOR_SPECULATING = "timing", "ready", "probe", "speculating"
 FLOOR_BAD_PLAIN, FLOOR_BAD_WINDOW, FLOOR_NO_GAIN = "bad plain", "bad window", "no gain"
+FLOOR_STOPPED = "stopped paying"
 
 
 def floor_status(f: Mapping[str, Any]) -> str:
@@ -113,8 +114,13 @@ def floor_status(f: Mapping[str, Any]) -> str:
     if st == FLOOR_BAD_WINDOW:
         return f"retired: invalid window timing ({f['ms']!r} ms, {f['tokens']} tokens)"
     if st == FLOOR_NO_GAIN:
+        again = f"; probing again after {f['next']} plain steps" if f.get("next") else ""
         return (f"retired: best of {f['probes']} probes {f['best']:.3f} ms/token, "
-                f"not below plain {f['ar_ms']:.3f} ms/token")
+                f"not below plain {f['ar_ms']:.3f} ms/token{again}")
+    if st == FLOOR_STOPPED:
+        return (f"retired: the last {f['windows']} windows cost {f['per_token']:.3f} ms/token, "
+                f"not below plain {f['ar_ms']:.3f} ms/token; probing again after {f['next']} "
+                "plain steps")
     return "timing one plain step"
 
 

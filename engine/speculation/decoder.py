@@ -26,6 +26,7 @@ from engine.cost.acceptance import DepthTally
 from engine.cost.plan import Plan
 from engine.errors import NumericalError, ParameterError
 from engine.limits import MAX_ROWS
+from engine.model.device import synchronize
 from engine.model.runtime import RowScores, Runtime, Session
 from engine.speculation import events as E
 from engine.speculation.drafters import DraftRequest, Drafter
@@ -141,6 +142,9 @@ class Decoder:
             d.begin(session)
         t_start = time.perf_counter()
         session.prefill(self.prompt_ids[:-1])
+        # a GPU prefill runs on after the call returns: wait, so that the first window's time
+        # (which the AR floor compares with) is that window's, not the prompt's
+        synchronize(self.rt.device)
         eos = set(self.tok.eos_ids)
         stats = self.run_stats
         while True:

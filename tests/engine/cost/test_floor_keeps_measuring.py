@@ -1,0 +1,68 @@
+"""The AR floor keeps measuring (issue 33): speculation that stops paying is dropped, a retired
+floor probes again after a wait that doubles while probes fail, and plain decoding is re-timed
+while speculating, so a machine whose speed moves under the run is followed."""
+
+from __future__ import annotations
+
+from engine.cost.floor import ArFloor
+from engine.cost.plan import FLOOR_NO_GAIN, FLOOR_SPECULATING, FLOOR_STOPPED, floor_status
+
+
+def drive(floor: ArFloor, plain_ms, window, n: int) -> list[str]:
+    """n decoder steps: a plain step when the floor asks (plain_ms(i) ms), else a window whose
+    (ms, tokens) is window(i)."""
+    log = []
+    for i in range(n):
+        if floor.want_plain_step():
+            floor.record_plain(plain_ms(i))
+            log.append("p")
+        else:
+            floor.record_window(*window(i))
+            log.append("w")
+    return log
+
+
+def test_speculation_that_stops_paying_is_dropped():
+    floor = ArFloor()
+    # 4 tokens per 20 ms window (5 ms/token) against 10 ms plain, then 1 token per window
+    log = drive(floor, lambda i: 10.0, lambda i: (20.0, 4 if i < 6 else 1), 20)
+    assert log[:6] == ["p", "w", "w", "w", "w", "w"]
+    assert floor.retired and floor.figures["status"] == FLOOR_STOPPED
+    assert floor.figures["per_token"] >= floor.ar_ms
+    assert "not below plain 10.000" in floor_status(floor.figures)
+    # once the recent windows' cost per token reaches plain's, plain steps follow
+    first_plain_after = log.index("p", 1)
+    assert set(log[first_plain_after:]) == {"p"}
+
+
+def test_a_retired_floor_probes_again_and_resumes_when_a_probe_pays():
+    floor = ArFloor(reprobe=4, max_reprobe=16)
+    # the request's start accepts nothing (20 ms, 1 token), then the text turns into a copy
+    good_from = 12
+    log = drive(floor, lambda i: 10.0, lambda i: (20.0, 1 if i < good_from else 5), 40)
+    assert log[:4] == ["p", "w", "w", "w"]               # three probes, none pays
+    assert log[4:8] == ["p"] * 4                         # the wait
+    assert log[8] == "w"                                 # probe again: still 1 token, so the
+    assert log[9:17] == ["p"] * 8                        # wait doubles
+    assert log[17] == "w" and floor.state == "speculating"
+    assert floor.figures["status"] == FLOOR_SPECULATING and set(log[17:]) == {"w"}
+
+
+def test_the_wait_between_failed_probes_is_capped():
+    floor = ArFloor(reprobe=2, max_reprobe=8)
+    log = drive(floor, lambda i: 10.0, lambda i: (20.0, 1), 80)
+    gaps = [len(g) for g in "".join(log[4:]).split("w") if g]
+    assert gaps[:4] == [2, 4, 8, 8] and max(gaps) == 8
+    assert floor.figures["status"] == FLOOR_NO_GAIN and floor.figures["next"] == 8
+
+
+def test_plain_decoding_is_re_timed_while_speculating():
+    """A machine that gets faster at plain steps (another job ended) while windows stay at
+    9 ms/token: the refresh steps bring plain below the windows and speculation stops."""
+    floor = ArFloor(refresh=8)
+    log = drive(floor, lambda i: 12.0 if i == 0 else 6.0, lambda i: (18.0, 2), 60)
+    refreshes = [i for i, x in enumerate(log) if x == "p"]
+    assert refreshes[:2] == [0, 9]                      # one plain step after 8 windows
+    # the median of the plain steps (12, 6) is 9 ms: windows at 9 ms/token no longer pay
+    assert log[10:26] == ["p"] * 16 and floor.ar_ms <= 9.0
+    assert floor.retired and floor.figures["status"] in (FLOOR_STOPPED, FLOOR_NO_GAIN)
