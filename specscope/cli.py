@@ -63,7 +63,7 @@ def _add_setting(g, f, default, dest: str | None = None) -> None:
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     from engine.speculation.setting_fields import FIELDS
-    d = USER_DEFAULTS              # adaptive with the AR floor: --no-adaptive --no-ar-floor for fixed
+    d = USER_DEFAULTS              # a fixed tree behind the AR floor: --adaptive to price windows
     g = p.add_argument_group("prompt")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="raw text to continue (no chat template)")
@@ -294,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export", help="a sweep's best (or chosen) cell for us, llama.cpp or vLLM")
     add_export_args(ex)
     ex.set_defaults(func=cmd_export)
-    le = sub.add_parser("lesson", help="reproduce a write-up's figure on this card: NAME.png, .csv, .md")
+    le = sub.add_parser("lesson", help="reproduce a write-up's figure on this device: NAME.svg, .csv, .md "
+                            "(and NAME.png with the GUI extra)")
     add_model_args(le, top=False)
     add_lesson_args(le)
     le.set_defaults(func=run_lesson_cmd)

@@ -100,9 +100,11 @@ class DecodeSettings:
         return cls(sampling=SamplingConfig(**sampling), **{k: v for k, v in d.items() if k in own})
 
 
-# What a user gets without choosing: the window's and the command line's defaults. Adaptive
-# windows priced on the device's cost profile, with the AR floor, so a first run speculates only
-# as far as this device pays for it (a fixed depth 8 x width 3 tree ran 0.99x AR on a 2-core CPU
-# where adaptive ran 1.38x). DecodeSettings() itself stays fixed-depth: the library's explicit
-# form, which tests and benchmarks pin.
-USER_DEFAULTS = DecodeSettings(adaptive=True, ar_floor=True)
+# What a user gets without choosing: the window's and the command line's defaults. A fixed
+# depth 8 x width 3 n-gram tree behind the AR floor, which keeps timing the windows against plain
+# steps (engine.cost.floor) and decodes plainly while speculating does not pay. Chosen by
+# measurement (BENCHMARKS.md, "The user default, measured"): on the H200 it reached 0.97-1.05 of
+# the best fixed cell on every category while adaptive windows with the floor reached 0.83-0.98.
+# `--adaptive` prices each window on the device's cost profile instead. DecodeSettings() itself
+# has the floor off: the library's explicit form, which tests and benchmarks pin.
+USER_DEFAULTS = DecodeSettings(adaptive=False, ar_floor=True)

@@ -144,13 +144,13 @@ def test_one_parser_keeps_common_options_before_or_after_the_subcommand() -> Non
     assert a.no_probe and a.windows == 3 and a.command is None
 
 
-def test_adaptive_with_the_ar_floor_is_the_default_and_no_adaptive_turns_it_off() -> None:
+def test_a_fixed_tree_behind_the_ar_floor_is_the_default_and_the_flags_change_it() -> None:
     from specscope.cli import build_parser, settings_from_args
     p = build_parser()
     s = settings_from_args(p.parse_args(["generate"]))
-    assert s.adaptive and s.ar_floor and s.draft == "tree"
-    s = settings_from_args(p.parse_args(["generate", "--no-adaptive", "--no-ar-floor"]))
-    assert not s.adaptive and not s.ar_floor
+    assert not s.adaptive and s.ar_floor and (s.draft, s.depth, s.width) == ("tree", 8, 3)
+    s = settings_from_args(p.parse_args(["generate", "--adaptive", "--no-ar-floor"]))
+    assert s.adaptive and not s.ar_floor
 
 
 def test_bad_weights_option_is_one_clear_line() -> None:
