@@ -6,8 +6,8 @@ For each dtype (default bfloat16 and float32):
      from the file (nothing shared with any other runtime);
   2. ONE used runtime decodes every (prompt, setting) pair in a seeded shuffled order (prompt
      lengths rise and fall at random, drafting and plain runs interleave), with the settings
-        plain | lookup d8 | tree d8 w3 | tree d16 w3 | default (adaptive + AR floor, depth
-        and width defaults) | default d16 | takeover (early-exit drafts + n-gram takeover) |
+        plain | lookup d8 | tree d8 w3 | tree d16 w3 | default (the 8 x 3 tree behind the AR
+        floor) | default d16 | adaptive + floor (depth 16) | takeover (early-exit drafts + n-gram takeover) |
         early exit (the target's first 8 layers draft)
      and each output is compared, token for token, with the fresh reference (no near-tie
      tolerance: the runtime claims bitwise-exact verify rows on every device).
@@ -58,8 +58,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "lookup d8": dict(draft="lookup", match="recent", depth=8, width=1),
     "tree d8 w3": dict(draft="tree", depth=8, width=3),
     "tree d16 w3": dict(draft="tree", depth=16, width=3),
-    "default": dict(adaptive=True, ar_floor=True),
-    "default d16": dict(adaptive=True, ar_floor=True, depth=16),
+    "default": dict(ar_floor=True),                  # the user default: 8 x 3 tree + AR floor
+    "default d16": dict(ar_floor=True, depth=16),
+    "adaptive + floor": dict(adaptive=True, ar_floor=True, depth=16),
     "takeover": dict(draft="early-exit", takeover=True),
     "early exit": dict(draft="early-exit", exit_layer=8),
 }
