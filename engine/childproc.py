@@ -51,6 +51,113 @@ def _kill(proc: subprocess.Popen) -> None:
             pass
 
 
+class _Readers:
+    """The two reader threads of one child: stdout kept (up to `max_stdout` bytes), stderr cut
+    into lines; both hand what they see to one bounded queue the calling thread drains."""
+
+    def __init__(self, proc: subprocess.Popen, max_stdout: int, max_stderr: int):
+        self.proc, self.max_stdout, self.max_stderr = proc, max_stdout, max_stderr
+        self.events: queue.Queue = queue.Queue(maxsize=1024)   # bounded: a flood of tiny lines waits for us
+        self.stop = threading.Event()
+        self.out = bytearray()
+        self.too_much: list[str] = []
+        self.threads = [threading.Thread(target=self._read_stdout, daemon=True),
+                        threading.Thread(target=self._read_stderr, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _put(self, item: tuple) -> None:
+        while not self.stop.is_set():
+            try:
+                self.events.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            while chunk := self.proc.stdout.read1(CHUNK):
+                if len(self.out) + len(chunk) > self.max_stdout:
+                    self.too_much.append(f"more than {self.max_stdout:,} bytes to stdout")
+                    self._put(("over", None))
+                    break
+                self.out.extend(chunk)
+        except (OSError, ValueError):
+            pass
+        self._put(("eof", "stdout"))
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        total, partial = 0, b""
+        try:
+            while chunk := self.proc.stderr.read1(CHUNK):
+                total += len(chunk)
+                if total > self.max_stderr:
+                    self.too_much.append(f"more than {self.max_stderr:,} bytes to stderr")
+                    self._put(("over", None))
+                    break
+                *lines, partial = (partial + chunk).split(b"\n")
+                for line in lines:
+                    self._put(("line", line[:MAX_LINE]))
+                partial = partial[-MAX_LINE:]
+        except (OSError, ValueError):
+            pass
+        if partial:
+            self._put(("line", partial))
+        self._put(("eof", "stderr"))
+
+    def close(self) -> None:
+        """Stop the readers, the child first if it still runs (an error, or KeyboardInterrupt:
+        leave nothing running), and close the pipes whose reader has ended."""
+        self.stop.set()
+        if self.proc.poll() is None:
+            _kill(self.proc)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for t, stream in zip(self.threads, (self.proc.stdout, self.proc.stderr)):
+            t.join(timeout=1)
+            if not t.is_alive():               # (closing under a blocked reader would block too)
+                try:
+                    stream.close()             # type: ignore[union-attr]
+                except OSError:
+                    pass
+
+
+def _drain(readers: _Readers, *, deadline: float, timeout_s: float, name: str, error: type[SpecscopeError],
+           tail_lines: int, on_line: Callable[[str], None] | None) -> list[str]:
+    """Hand stderr's lines to `on_line` until both streams end; stderr's last lines. Stops the
+    child and raises `error` past the deadline or the output bounds."""
+    proc, open_streams, exited = readers.proc, 2, 0.0
+    tail: list[str] = []
+    while open_streams:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            _kill(proc)
+            raise error(f"{name} ran past {timeout_s:g} s and was stopped")
+        try:
+            kind, value = readers.events.get(timeout=min(left, 0.5))
+        except queue.Empty:
+            if proc.poll() is not None:    # it exited; something it started holds the pipes
+                exited = exited or time.monotonic()
+                if time.monotonic() - exited > GRACE_S:
+                    _kill(proc)
+            continue
+        if kind == "eof":
+            open_streams -= 1
+        elif kind == "over":
+            _kill(proc)
+            raise error(f"{name} wrote {readers.too_much[0]} and was stopped (is it the right program?)")
+        else:
+            text = value.decode("utf-8", errors="replace").rstrip("\r")
+            tail = (tail + [text])[-tail_lines:]
+            if on_line is not None:
+                on_line(text)
+    return tail
+
+
 def run_bounded(cmd: Sequence[str], *, timeout_s: float, error: type[SpecscopeError] = SpecscopeError,
                 max_stdout: int = 16 * MiB, max_stderr: int = 64 * MiB, tail_lines: int = 30,
                 on_line: Callable[[str], None] | None = None, name: str | None = None) -> Finished:
@@ -61,101 +168,16 @@ def run_bounded(cmd: Sequence[str], *, timeout_s: float, error: type[SpecscopeEr
                                 stderr=subprocess.PIPE, start_new_session=True)
     except (OSError, ValueError) as e:
         raise error(f"cannot run {cmd[0]}: {getattr(e, 'strerror', None) or e}") from None
-    events: queue.Queue = queue.Queue(maxsize=1024)     # bounded: a flood of tiny lines waits for us
-    stop = threading.Event()
-
-    def put(item: tuple) -> None:
-        while not stop.is_set():
-            try:
-                events.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-    out = bytearray()
-    too_much: list[str] = []
-
-    def read_stdout() -> None:
-        assert proc.stdout is not None
-        try:
-            while chunk := proc.stdout.read1(CHUNK):
-                if len(out) + len(chunk) > max_stdout:
-                    too_much.append(f"more than {max_stdout:,} bytes to stdout")
-                    put(("over", None))
-                    break
-                out.extend(chunk)
-        except (OSError, ValueError):
-            pass
-        put(("eof", "stdout"))
-
-    def read_stderr() -> None:
-        assert proc.stderr is not None
-        total, partial = 0, b""
-        try:
-            while chunk := proc.stderr.read1(CHUNK):
-                total += len(chunk)
-                if total > max_stderr:
-                    too_much.append(f"more than {max_stderr:,} bytes to stderr")
-                    put(("over", None))
-                    break
-                *lines, partial = (partial + chunk).split(b"\n")
-                for line in lines:
-                    put(("line", line[:MAX_LINE]))
-                partial = partial[-MAX_LINE:]
-        except (OSError, ValueError):
-            pass
-        if partial:
-            put(("line", partial))
-        put(("eof", "stderr"))
-
-    threads = [threading.Thread(target=read_stdout, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
-    for t in threads:
-        t.start()
+    readers = _Readers(proc, max_stdout, max_stderr)
     deadline = time.monotonic() + timeout_s
-    tail: list[str] = []
-    open_streams = 2
-    exited = 0.0
     try:
-        while open_streams:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                _kill(proc)
-                raise error(f"{name} ran past {timeout_s:g} s and was stopped")
-            try:
-                kind, value = events.get(timeout=min(left, 0.5))
-            except queue.Empty:
-                if proc.poll() is not None:    # it exited; something it started holds the pipes
-                    exited = exited or time.monotonic()
-                    if time.monotonic() - exited > GRACE_S:
-                        _kill(proc)
-                continue
-            if kind == "eof":
-                open_streams -= 1
-            elif kind == "over":
-                _kill(proc)
-                raise error(f"{name} wrote {too_much[0]} and was stopped (is it the right program?)")
-            else:
-                text = value.decode("utf-8", errors="replace").rstrip("\r")
-                tail = (tail + [text])[-tail_lines:]
-                if on_line is not None:
-                    on_line(text)
+        tail = _drain(readers, deadline=deadline, timeout_s=timeout_s, name=name, error=error,
+                      tail_lines=tail_lines, on_line=on_line)
         try:
             code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             _kill(proc)
             raise error(f"{name} ran past {timeout_s:g} s and was stopped") from None
     finally:
-        stop.set()
-        if proc.poll() is None:            # an error above, or KeyboardInterrupt: leave nothing running
-            _kill(proc)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        for t, stream in zip(threads, (proc.stdout, proc.stderr)):
-            t.join(timeout=1)
-            if not t.is_alive():               # (closing under a blocked reader would block too)
-                try:
-                    stream.close()             # type: ignore[union-attr]
-                except OSError:
-                    pass
-    return Finished(code, bytes(out).decode("utf-8", errors="replace"), tuple(tail))
+        readers.close()
+    return Finished(code, bytes(readers.out).decode("utf-8", errors="replace"), tuple(tail))

@@ -48,8 +48,9 @@ def window_settings(args: argparse.Namespace):
     return s.with_sampling(temperature=getattr(args, "gui_temperature", 0.0))
 
 
-def main(args: argparse.Namespace) -> int:
-    """The window, from the options `specscope.cli` parsed (the one parser of the command)."""
+def _session_kind(args: argparse.Namespace) -> tuple[str | None, int | None, bool] | int:
+    """(screenshot path, windows, print the report) for this session, offscreen with no display;
+    or 2 where the window cannot open (the Qt platform libraries it lacks, all named)."""
     shot = args.screenshot
     windows = args.windows if args.windows and args.windows > 0 else None
     print_report = False
@@ -67,18 +68,15 @@ def main(args: argparse.Namespace) -> int:
         if missing:
             print(missing, file=sys.stderr)
             return 2
+    return shot, windows, print_report
 
+
+def _application(args: argparse.Namespace):
+    """The QApplication, themed, with the threads --threads asks for (else a core left for the UI)."""
     from PySide6.QtWidgets import QApplication
 
     from engine.model.device import leave_a_core_for_the_ui
-    from engine.errors import SpecscopeError
-
-    from engine.io.prompts import read_prompt_file
-
     from workbench import theme
-    from workbench.recording import load_recording
-    from workbench.window import MainWindow
-    from workbench.host import RuntimeSpec
 
     if getattr(args, "threads", None):
         import torch
@@ -88,16 +86,40 @@ def main(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "specscope"])
     app.setApplicationName("specscope")
     theme.apply_theme(app)
+    return app
+
+
+def _checked_inputs(args: argparse.Namespace):
+    """(prompt, settings): the model, the prompt file and the recording checked before any window
+    opens, so a wrong one is one line on stderr (SpecscopeError), not a window that fails."""
+    from engine.io.prompts import read_prompt_file
+    from workbench.recording import load_recording
+
     prompt = None
+    if not args.replay:
+        from engine.io.load import check_model
+        check_model(args.model)
+    if args.gui_prompt_file:
+        prompt = read_prompt_file(args.gui_prompt_file)
+    if args.replay:             # its reason on stderr too, not only in the window's banner
+        load_recording(args.replay)
+    return prompt, window_settings(args)
+
+
+def main(args: argparse.Namespace) -> int:
+    """The window, from the options `specscope.cli` parsed (the one parser of the command)."""
+    session = _session_kind(args)
+    if isinstance(session, int):
+        return session
+    shot, windows, print_report = session
+
+    from engine.errors import SpecscopeError
+    from workbench.host import RuntimeSpec
+    from workbench.window import MainWindow
+
+    app = _application(args)
     try:
-        if not args.replay:     # a path that is no model: one line here, not a window that fails
-            from engine.io.load import check_model
-            check_model(args.model)
-        if args.gui_prompt_file:
-            prompt = read_prompt_file(args.gui_prompt_file)
-        if args.replay:         # its reason on stderr too, not only in the window's banner
-            load_recording(args.replay)
-        settings = window_settings(args)
+        prompt, settings = _checked_inputs(args)
     except SpecscopeError as e:
         print(f"specscope: error: {one_line(e)}", file=sys.stderr)
         return 2
