@@ -5,6 +5,12 @@ The probe runs llama-bench on a plain thread (engine.cost.llamacpp_bench: it onl
 process); results reach the widgets through queued signals, on the main thread. Pricing replays
 llama.cpp's drafters on the sweep's plain-decoding outputs (engine.tuning.llamacpp_price): no
 model runs, so it needs no lock.
+
+Like `specscope export --price-with`, pricing uses the profile's calibration of llama.cpp's own
+speculative loop (engine.tuning.llamacpp_loop: what a drafted window and a drafted row cost beyond
+llama-bench's pass) by default: loading a profile sets the +row box to its row cost. A row cost
+typed in the box overrides the calibration (that row cost alone, no window cost), as
+`--row-overhead` does; a profile without a calibration is priced on the pass alone.
 """
 
 from __future__ import annotations
@@ -24,6 +30,22 @@ from engine.errors import SpecscopeError
 from workbench.widgets import column, row
 
 
+CALIBRATED = "calibrated on llama.cpp's loop"
+UNCALIBRATED = "no calibration: roofline --engine llamacpp measures it"
+
+
+def pricing_overheads(box: float, cal) -> tuple[float, float, str]:
+    """(row overhead, window overhead, where they come from) for the +row box's value and the
+    profile's LoopCalibration (or None): the calibration while the box shows its row cost."""
+    if cal is not None and round(box, 2) == round(cal.row_overhead, 2):
+        return cal.row_overhead, cal.window_overhead, (
+            f"{CALIBRATED}: a drafted window +{cal.window_overhead:.2f}, a drafted row "
+            f"+{cal.row_overhead:.2f} plain steps")
+    if cal is None and box == 0:
+        return 0.0, 0.0, UNCALIBRATED
+    return box, 0.0, f"+row {box:.2f} plain steps set by hand (no window cost; the calibration not used)"
+
+
 class _Bridge(QObject):
     progress = Signal(str, float)
     done = Signal(object)
@@ -39,6 +61,7 @@ class LlamaCppPanel(QWidget):
         super().__init__(parent)
         self.sweep_result, self.model_path = sweep_result, model_path
         self.profile = None
+        self.calibration = None               # the profile's LoopCalibration, None without one
         self.pricing = None
         self.table_text = ""
         self._thread: threading.Thread | None = None
@@ -61,12 +84,7 @@ class LlamaCppPanel(QWidget):
         self.load_button = QPushButton("Load…")
         self.load_button.setToolTip("a saved llama.cpp profile or llama-bench -o json file")
         self.load_button.clicked.connect(self._load_dialog)
-        self.overhead = QDoubleSpinBox()
-        self.overhead.setRange(0.0, 9.99)
-        self.overhead.setSingleStep(0.05)
-        self.overhead.setDecimals(2)
-        self.overhead.setToolTip("what each drafted row costs beyond llama-bench's pass, in plain steps "
-                                 "(bench/llamacpp_spec.py --sweep --profile measures it; 0 trusts the curve)")
+        self.overhead = self._overhead_box()
         self.price_button = QPushButton("Price sweep")
         self.price_button.clicked.connect(self.price)
         self.bar = QProgressBar()
@@ -78,6 +96,9 @@ class LlamaCppPanel(QWidget):
         self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.answer = QLabel("")              # the priced configuration and its predicted gain
         self.answer.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.source = QLabel("")              # where the row and window costs come from
+        self.source.setObjectName("muted")
+        self.source.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.command = QLineEdit("")
         self.command.setReadOnly(True)
         self.command.setPlaceholderText("the llama-server command priced on llama.cpp's curve")
@@ -89,8 +110,20 @@ class LlamaCppPanel(QWidget):
                row(QLabel("depth"), self.context, 1, self.load_button),
                self.bar, self.summary,
                row((self.answer, 1), QLabel("+row"), self.overhead, self.price_button),
+               self.source,
                row((self.command, 1), self.copy_button), 1)      # the lines at the top, not spread
         self._enable()
+
+    def _overhead_box(self) -> QDoubleSpinBox:
+        box = QDoubleSpinBox()
+        box.setRange(0.0, 9.99)
+        box.setSingleStep(0.05)
+        box.setDecimals(2)
+        box.setToolTip("what each drafted row costs beyond llama-bench's pass, in plain steps: the "
+                       "profile's calibration of llama.cpp's loop when it has one (with its window "
+                       "cost); a value typed here overrides it (0 trusts the curve)")
+        box.valueChanged.connect(self._show_source)
+        return box
 
     # ---- the curve ------------------------------------------------------------------------
     def _pick_binary(self) -> None:
@@ -150,7 +183,11 @@ class LlamaCppPanel(QWidget):
     def set_profile(self, profile) -> None:
         from engine.cost.llamacpp_bench import llamacpp_label
         from engine.cost.profile import format_break_even
+        from engine.tuning.llamacpp_loop import profile_calibration
+        self.calibration = profile_calibration(profile)    # (a malformed one: a SpecscopeError)
         self.profile = profile
+        self.overhead.setValue(self.calibration.row_overhead if self.calibration else 0.0)
+        self._show_source()
         f = profile.fit
         knee = f"knee ≈ {f.knee_rows:.0f} rows" if f.knee_rows and f.knee_rows > 2 else "no flat part"
         self.summary.setText(f"{llamacpp_label(profile)}, depth {profile.context}: 1 row "
@@ -175,7 +212,9 @@ class LlamaCppPanel(QWidget):
             self._on_failed("price needs a llama.cpp curve and a sweep with its plain runs done")
             return False
         try:
-            p = self.pricing = price_sweep(res, self.profile, row_overhead=self.overhead.value())
+            row_cost, window_cost, source = pricing_overheads(self.overhead.value(), self.calibration)
+            p = self.pricing = price_sweep(res, self.profile, row_overhead=row_cost,
+                                           window_overhead=window_cost)
         except SpecscopeError as e:
             self._on_failed(str(e))
             return False
@@ -192,11 +231,18 @@ class LlamaCppPanel(QWidget):
         self.command.setCursorPosition(0)
         self.answer.setText(why)
         self.answer.setToolTip(f"{why}; on llama.cpp's curve, acceptance replayed from the sweep's "
-                               f"plain runs on {p.prompts} prompts")
+                               f"plain runs on {p.prompts} prompts; {source}")
         self.bar.setFormat("priced")
         self.command_ready.emit(text)
         self._enable()
         return True
+
+    def _show_source(self) -> None:
+        if self.profile is None:
+            return
+        text = pricing_overheads(self.overhead.value(), self.calibration)[2]
+        self.source.setText(text)
+        self.source.setToolTip(text)
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.command.text())

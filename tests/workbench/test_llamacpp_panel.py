@@ -64,3 +64,58 @@ def test_probe_overlay_price_and_copy(qtbot, make_window, tmp_path):
     assert panel.price()
     assert panel.command.text() == "plain decoding: no speculative configuration pays on this card"
     assert "x plain" in panel.answer.text() or "plain" in panel.answer.text()
+
+
+def _calibrated_profile(tmp_path: Path) -> Path:
+    """The CPU fixture's llama-bench curve with the loop calibration fitted on the recorded
+    llama-speculative-simple runs (as `roofline --engine llamacpp` keeps it), saved."""
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_loop import fit_loop, parse_loop_output, with_calibration
+    rec = json.loads((FIX / "speculative-simple_cpu_smollm2.json").read_text())
+    runs = [parse_loop_output(r["stderr"], r["prompt"], r["setting"]) for r in rec["runs"]]
+    prof = load_llama_bench_json(_bench_json())
+    path = tmp_path / "llamacpp-profile.json"
+    with_calibration(prof, fit_loop(runs, prof)).save(path)
+    return path
+
+
+def test_prices_with_the_profiles_loop_calibration_by_default(qtbot, make_window, tmp_path):
+    """A calibrated profile prices like `specscope export --price-with` (window and row costs),
+    the panel says so; a row cost typed in the box overrides it, as --row-overhead does."""
+    import argparse
+    from engine.cost.llamacpp_bench import load_llama_bench_json
+    from engine.tuning.llamacpp_loop import profile_calibration
+    from engine.tuning.llamacpp_price import price_sweep
+    from specscope.export_llamacpp import priced_llamacpp
+    win = make_window()
+    sweep = json.loads((FIX / "sweep_cpu_code-edit.json").read_text())
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    assert win.sweep.load(tmp_path / "sweep.json")
+    panel = win.sweep.llamacpp
+    path = _calibrated_profile(tmp_path)
+    cal = profile_calibration(load_llama_bench_json(path))
+    assert cal is not None and cal.row_overhead + cal.window_overhead > 0
+    assert panel.load(path)
+    assert panel.overhead.value() == round(cal.row_overhead, 2)
+    assert panel.source.text().startswith("calibrated on llama.cpp's loop")
+    assert f"+{cal.window_overhead:.2f}" in panel.source.text()
+    assert panel.price()
+    expected = price_sweep(sweep, load_llama_bench_json(path), row_overhead=cal.row_overhead,
+                           window_overhead=cal.window_overhead)
+    assert [(q.config, q.tok_s) for q in panel.pricing.ranked] == [(q.config, q.tok_s) for q in expected.ranked]
+    exported, _, _ = priced_llamacpp(argparse.Namespace(price_with=str(path), row_overhead=None), sweep)
+    assert panel.command.text() == exported
+    assert "calibrated on llama.cpp's loop" in panel.answer.toolTip()
+    # a row cost typed in the box: that alone, no window cost
+    panel.overhead.setValue(0.05)
+    assert "set by hand" in panel.source.text()
+    assert panel.price()
+    by_hand = price_sweep(sweep, load_llama_bench_json(path), row_overhead=0.05)
+    assert [(q.config, q.tok_s) for q in panel.pricing.ranked] == [(q.config, q.tok_s) for q in by_hand.ranked]
+    # a profile without a calibration (a raw llama-bench JSON): the pass alone, and the panel says how to measure it
+    assert panel.load(_bench_json())
+    assert panel.overhead.value() == 0.0
+    assert panel.source.text() == "no calibration: roofline --engine llamacpp measures it"
+    assert panel.price()
+    plain = price_sweep(sweep, load_llama_bench_json(_bench_json()))
+    assert [(q.config, q.tok_s) for q in panel.pricing.ranked] == [(q.config, q.tok_s) for q in plain.ranked]
