@@ -1,4 +1,4 @@
-"""The Lessons menu and a dock per lesson: run it on the attached card (progress, cancel), show
+"""The Lessons menu and a dock per lesson: run it on the attached device (progress, cancel), show
 its figure with the write-up's numbers beside this card's, save NAME.png / .csv / .md.
 
 A lesson is a job on the window's generator worker (workbench.job_dock, as the sweep and the
@@ -20,18 +20,19 @@ from workbench.job_dock import JobDock
 from workbench.views.lesson_figure import LessonFigure, render_png
 from workbench.widgets import column, row
 
-TITLES = {"knee": "Knee: a verify pass costs one decode step up to the knee (seed 000)",
-          "budget": "Budget: linear d8, linear d24 or a tree in one pass (seed 000)",
-          "acceptance": "Acceptance: tokens per pass against α and γ (seed 001)",
-          "row-cost": "Row cost: a + b·rows, break-even, the depth it buys (seed 002)",
-          "penalties": "Penalties on every verify row (seed 002)",
-          "rejection": "Rejection sampling and its failing control (seed 002)",
-          "ar-floor": "The AR floor's decision (seed 002)"}
+TITLES = {"knee": "Knee: a verify pass costs one decode step up to the knee",
+          "budget": "Budget: linear d8, linear d24 or a tree in one pass",
+          "acceptance": "Acceptance: tokens per pass against α and γ",
+          "row-cost": "Row cost: a + b·rows, break-even, the depth it buys",
+          "penalties": "Penalties on every verify row",
+          "rejection": "Rejection sampling and its failing control",
+          "ar-floor": "The AR floor's decision"}
 
 
 def default_folder() -> Path:
-    from engine.cost.probe import cache_dir
-    return cache_dir().parent / "lessons"
+    """./lessons, as `specscope lesson --out` defaults (specscope.lesson_cmd), made absolute so
+    the dock can say where its files went."""
+    return Path.cwd() / "lessons"
 
 
 def lesson_job(name: str, quick: bool):
@@ -61,7 +62,7 @@ class LessonView(JobDock):
         self.folder = folder or default_folder()
         self.result = None
         self.saved: list[Path] = []
-        self.run_button = QPushButton("Run on this card")
+        self.run_button = QPushButton("Run on this device")
         self.run_button.clicked.connect(self.start)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel)
@@ -105,7 +106,7 @@ class LessonView(JobDock):
             try:
                 self.saved = [*result.save_text(self.folder),
                               render_png(result, self.folder / f"{self.name}.png")]
-                self.status.setText("saved " + ", ".join(str(p) for p in self.saved))
+                self.status.setText(f"saved in {self.folder}: " + ", ".join(p.name for p in self.saved))
             except OSError as e:
                 self.error.emit(f"could not save the lesson in {self.folder}: {e}")
             self.bar.setValue(1000)
@@ -145,6 +146,7 @@ class Lessons:
         if view is None:
             view = LessonView(name, self.win.worker, self.context, self.before_job)
             view.error.connect(lambda m: self.show_error(m))
+            view.finished.connect(lambda r, v=view: self._say_saved(v, r))
             dock = QDockWidget(f"Lesson: {name}", self.win)
             dock.setObjectName(f"lesson-{name}")
             dock.setWidget(view)
@@ -158,6 +160,12 @@ class Lessons:
         if run:
             view.start()
         return view
+
+    def _say_saved(self, view: LessonView, result) -> None:
+        """The status line names the folder the lesson's files went to."""
+        status = getattr(self.win, "status", None)
+        if status is not None and result is not None and view.saved:
+            status.say(f"lesson {view.name} saved in {view.folder}")
 
     def shutdown(self) -> None:
         for v in self.views.values():

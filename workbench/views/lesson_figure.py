@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QSplitter, QWidget
 
 from engine.lessons.figure import LessonResult, Panel, Series, fmt
 
@@ -47,7 +47,7 @@ class LessonFigure(QWidget):
         self.claim.setTextFormat(Qt.TextFormat.PlainText)
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setBackground(theme.PANEL)
-        self.plots.setMinimumHeight(260)
+        self.plots.setMinimumHeight(180)
         self.table = QLabel("")
         self.table.setWordWrap(True)
         self.table.setTextFormat(Qt.TextFormat.RichText)
@@ -58,15 +58,20 @@ class LessonFigure(QWidget):
         self.notes.setTextFormat(Qt.TextFormat.RichText)
         self.notes.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.notes.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        column(self, self.title, self.claim, (self.plots, 3), row((self.table, 5), (self.notes, 4)),
-               margins=(10, 8, 10, 8), spacing=6)
+        self.legend = QLabel("")
+        self.legend.setObjectName("lesson-legend")
+        self.legend.setWordWrap(True)
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.split = _figure_over_text(self.plots, self.legend, self.claim, self.table, self.notes)
+        column(self, self.title, (self.split, 1), margins=(10, 8, 10, 8), spacing=6)
         self.panels: list = []
 
     def clear(self) -> None:
         self.result = None
         self.plots.clear()
         self.panels = []
-        for w in (self.title, self.claim, self.table, self.notes):
+        for w in (self.title, self.claim, self.legend, self.table, self.notes):
             w.setText("")
 
     def set_result(self, result: LessonResult) -> None:
@@ -76,14 +81,40 @@ class LessonFigure(QWidget):
         self.claim.setText(f"The write-up ({result.source}): {result.claim}")
         for i, panel in enumerate(result.panels):
             plot = self.plots.addPlot(row=0, col=i)
-            draw_panel(plot, panel)
+            draw_panel(plot, panel, overlay_legend=False)
             self.panels.append(plot)
+        self.legend.setText(legend_html(result))
         self.table.setText(comparison_html(result))
         self.notes.setText(
             f"<p style='color:{theme.TEXT}'><b>Why they differ.</b> {html.escape(result.why)}</p>"
             f"<p style='color:{theme.MUTED}'>{html.escape(result.caption)}</p>"
             f"<p style='color:{theme.MUTED}'>{html.escape(result.device)} · {html.escape(result.model)} · "
             f"{html.escape(result.budget)}</p>")
+
+
+def _figure_over_text(plots: QWidget, legend: QLabel, claim: QLabel, table: QLabel,
+                      notes: QLabel) -> QSplitter:
+    """The plots and their legend above; the claim, the table and "Why they differ" below in a scroll area: a vertical
+    splitter with least heights, so a short dock scrolls the text instead of drawing it over the
+    figure (issue 35, 4)."""
+    text = QWidget()
+    text.setObjectName("lesson-text")
+    column(text, claim, row((table, 5), (notes, 4)), margins=(0, 0, 0, 0), spacing=4)
+    scroll = QScrollArea()
+    scroll.setWidget(text)
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    scroll.setMinimumHeight(90)
+    top = QWidget()
+    column(top, (plots, 1), legend, margins=(0, 0, 0, 4), spacing=2)
+    split = QSplitter(Qt.Orientation.Vertical)
+    split.addWidget(top)
+    split.addWidget(scroll)
+    split.setChildrenCollapsible(False)
+    split.setStretchFactor(0, 3)
+    split.setStretchFactor(1, 2)
+    return split
 
 
 def comparison_html(result: LessonResult) -> str:
@@ -111,26 +142,36 @@ def _bar_width(panel: Panel) -> float:
     return 0.9 * (min(gaps) if gaps else 1.0)
 
 
-def draw_panel(plot, panel: Panel) -> None:
+SWATCH = {"bars": "\u25a0", "points": "\u25cf", "linepoints": "\u2500\u25cf\u2500"}
+
+
+def legend_html(result: LessonResult) -> str:
+    """Every drawn series once, as a coloured swatch and its name: a wrapping line under the
+    plots (over a plot it hid the knee's marker: issue 35, 4)."""
+    seen, parts = set(), []
+    for panel in result.panels:
+        for s in panel.series:
+            if not s.x or s.name in seen:
+                continue
+            seen.add(s.name)
+            mark = SWATCH.get(s.style, "\u254c\u254c" if s.dashed else "\u2501\u2501")
+            parts.append(f"<span style='color:{color(s.color)}'>{mark}</span>&nbsp;{html.escape(s.name)}")
+    return f"<span style='color:{theme.TEXT}'>{' &nbsp;&nbsp; '.join(parts)}</span>"
+
+
+def draw_panel(plot, panel: Panel, overlay_legend: bool = True) -> None:
+    """`panel` drawn into `plot`, with a legend over it unless the caller shows one
+    (LessonFigure: legend_html under the plots)."""
     theme.style_plot(plot, html.escape(panel.title), left=html.escape(panel.y_label),
                      bottom=html.escape(panel.x_label))
     plot.hideButtons()
     plot.setMenuEnabled(False)
-    legend = plot.addLegend(offset=(8, 6), labelTextColor=theme.TEXT, labelTextSize="8pt",
-                            brush=pg.mkBrush(theme.PANEL + "d8"))
+    legend = (plot.addLegend(offset=(8, 6), labelTextColor=theme.TEXT, labelTextSize="8pt",
+                             brush=pg.mkBrush(theme.PANEL + "d8")) if overlay_legend else None)
     width = _bar_width(panel)
     for s in panel.series:
         _draw_series(plot, panel, s, width)
-    for m in panel.marks:
-        at = math.log2(m.at) if (m.axis == "x" and panel.log_x) else m.at
-        if m.axis == "y" and panel.log_y:
-            at = math.log10(m.at) if m.at > 0 else 0.0
-        opts = ({"color": color(m.color), "position": 0.9} if m.axis == "x" else
-                {"color": color(m.color), "position": 0.97, "anchors": [(1, 1), (1, 1)]})
-        line = pg.InfiniteLine(pos=at, angle=90 if m.axis == "x" else 0,
-                               pen=pg.mkPen(color(m.color), width=1.2, style=Qt.PenStyle.DashLine),
-                               label=m.label, labelOpts=opts)      # plain text, not rich
-        plot.addItem(line)
+    _draw_marks(plot, panel)
     for side in ("left", "bottom"):
         plot.getAxis(side).enableAutoSIPrefix(False)
     axis = plot.getAxis("bottom")
@@ -152,7 +193,35 @@ def draw_panel(plot, panel: Panel) -> None:
         plot.setYRange(*panel.y_range, padding=0.02)
     else:
         _headroom(plot, panel)
-    legend.setZValue(20)
+    if legend is not None:
+        legend.setZValue(20)
+
+
+def _mark_label_opts(panel: Panel, at: float, nth: int, c: str) -> dict:
+    """Where an x mark's label goes: staggered down the line (two knees' labels do not share a
+    row), and anchored at the line's place across the data (a line 30% of the way across holds
+    its label 30% of the way along it), so a label narrower than the plot is never cut."""
+    xs = [float(v) for s in panel.series for v in _x(panel, s.x)] or [at]
+    lo, hi = min(xs), max(xs)
+    f = min(1.0, max(0.0, (at - lo) / (hi - lo))) if hi > lo else 0.5
+    return {"color": c, "position": 0.86 - 0.17 * (nth % 4), "anchors": [(f, 0.5), (f, 0.5)]}
+
+
+def _draw_marks(plot, panel: Panel) -> None:
+    nth = 0
+    for m in panel.marks:
+        at = math.log2(m.at) if (m.axis == "x" and panel.log_x) else m.at
+        if m.axis == "y" and panel.log_y:
+            at = math.log10(m.at) if m.at > 0 else 0.0
+        if m.axis == "x":
+            opts = _mark_label_opts(panel, at, nth, color(m.color))
+            nth += 1
+        else:
+            opts = {"color": color(m.color), "position": 0.97, "anchors": [(1, 1), (1, 1)]}
+        line = pg.InfiniteLine(pos=at, angle=90 if m.axis == "x" else 0,
+                               pen=pg.mkPen(color(m.color), width=1.2, style=Qt.PenStyle.DashLine),
+                               label=m.label, labelOpts=opts)      # plain text, not rich
+        plot.addItem(line)
 
 
 def _headroom(plot, panel: Panel) -> None:

@@ -1,0 +1,94 @@
+"""Issue 35's leftovers in the views: the Lesson dock lays its figure, table and text out without
+overlap at 1280x720 and its legend keeps off the knee marker; lessons are saved where the command
+line saves them; the tree's placeholder and the output tab's source say what is happening; the
+sweep's caption names the baseline as the rest of the window does; the stats titles fit at 1024."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyqtgraph as pg
+import pytest
+from PySide6.QtCore import QPoint, QRect, QSize
+
+from tests.workbench.conftest import TIMEOUT_MS
+
+SHOTS = os.environ.get("SPECSCOPE_SHOTS")        # a folder: save what the tests look at
+
+
+def _shot(widget, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        widget.grab().save(str(Path(SHOTS) / f"{name}.png"))
+
+
+def _settle(qtbot, qapp, win, size) -> None:
+    win.resize(*size)
+    qtbot.waitUntil(lambda: win.size() == QSize(*size), timeout=5000)
+    for _ in range(3):
+        qapp.processEvents()
+        qtbot.wait(20)
+
+
+def _rect_in(win, w) -> QRect:
+    """Widget `w`'s rectangle in window coordinates."""
+    return QRect(w.mapTo(win, QPoint(0, 0)), w.size())
+
+
+def test_the_lesson_dock_shows_figure_table_and_text_apart_at_1280x720(qtbot, qapp, make_window,
+                                                                        lesson_result, tmp_path):
+    win = make_window()
+    result, _ = lesson_result("knee")
+    _settle(qtbot, qapp, win, (1280, 720))
+    view = win.lessons.open("knee")
+    view.figure.set_result(result)
+    _settle(qtbot, qapp, win, (1280, 720))
+    assert not win.lessons.docks["knee"].visibleRegion().isEmpty()     # in front of its tab group
+    _shot(win, "lesson_knee_1280x720")
+    fig = view.figure
+    scroll = fig.split.widget(1)              # the table and the text scroll below the plots
+    rects = {"plots": _rect_in(win, fig.plots), "text": _rect_in(win, scroll)}
+    for k, r in rects.items():
+        assert r.height() > 60 and r.width() > 200 and win.rect().contains(r), (k, r)
+    assert not rects["plots"].intersects(rects["text"]), rects
+    assert rects["plots"].height() >= 180
+    table, notes = _rect_in(scroll.widget(), fig.table), _rect_in(scroll.widget(), fig.notes)
+    assert not table.intersects(notes) and table.height() > 40 and notes.height() > 40, (table, notes)
+    # the legend is under the plot, clear of the knee marker's line and its label
+    legend = _rect_in(win, fig.legend)
+    assert fig.panels[0].legend is None and fig.legend.isVisible()
+    assert legend.top() >= rects["plots"].bottom() and legend.bottom() <= rects["text"].top(), legend
+    for s in result.panels[0].series:
+        assert not s.x or s.name.split(" (")[0] in fig.legend.text(), s.name
+    # the knee markers' labels: apart from each other and inside the plot
+    plot = fig.panels[0]
+    box = plot.vb.sceneBoundingRect()
+    labels = [i.label.sceneBoundingRect() for i in plot.items
+              if isinstance(i, pg.InfiniteLine) and i.angle == 90 and i.label is not None]
+    assert len(labels) == len([m for m in result.panels[0].marks if m.axis == "x"]) >= 1
+    for k, a in enumerate(labels):
+        assert box.contains(a), (a, box)
+        assert all(not a.intersects(b) for b in labels[k + 1:]), labels
+
+
+def test_the_dock_saves_lessons_where_the_command_line_does_and_says_so(qtbot, make_window, tmp_path,
+                                                                        monkeypatch):
+    from specscope.lesson_cmd import add_lesson_args
+    import argparse
+    parser = argparse.ArgumentParser()
+    add_lesson_args(parser)
+    cli_out = parser.parse_args(["knee"]).out
+    monkeypatch.chdir(tmp_path)
+    win = make_window()
+    titles = [a.text() for a in win.lessons.actions.values()]
+    assert titles and not any("seed" in t for t in titles), titles     # no seed beside the seed field
+    view = win.lessons.open("knee", quick=True)
+    assert view.folder == tmp_path / cli_out and str(view.folder) in view.status.text()
+    with qtbot.waitSignal(view.finished, timeout=TIMEOUT_MS) as done:
+        view.start()
+    assert done.args[0] is not None
+    for ext in ("png", "csv", "md"):
+        assert (tmp_path / cli_out / f"knee.{ext}").is_file()
+    assert str(tmp_path / cli_out) in view.status.text()
+    assert str(tmp_path / cli_out) in win.status.text.full_text()
