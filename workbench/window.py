@@ -154,6 +154,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         self.feed.connect(self.run)        # the current run's signals only
         self.run.state_changed.connect(self.update_actions)
+        self.run.state_changed.connect(self.tree.set_run_state)     # the empty tree's hint
         self.presenter.rendered.connect(self.rendered)
         self.controls.settings_changed.connect(self.feed.send_settings)
         self.sweep.llamacpp.profile_ready.connect(self.roofline.set_engine_profile)

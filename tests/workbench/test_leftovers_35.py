@@ -92,3 +92,38 @@ def test_the_dock_saves_lessons_where_the_command_line_does_and_says_so(qtbot, m
         assert (tmp_path / cli_out / f"knee.{ext}").is_file()
     assert str(tmp_path / cli_out) in view.status.text()
     assert str(tmp_path / cli_out) in win.status.text.full_text()
+
+
+def test_after_reset_the_empty_tree_says_decoding_restarts(qtbot, qapp, make_window):
+    from workbench.views.tree import IDLE_HINT, RUN_HINTS
+
+    def hint_shown(win) -> str:
+        from PySide6.QtWidgets import QGraphicsSimpleTextItem
+        texts = [i.text() for i in win.tree.scene.items() if isinstance(i, QGraphicsSimpleTextItem)]
+        return texts[0] if len(texts) == 1 and win.tree._event is None else ""
+
+    win = make_window()
+    assert hint_shown(win) == IDLE_HINT           # nothing started yet: Run starts it
+    states = []
+    win.run.state_changed.connect(states.append)
+    win.reset()                                   # stop, clear, start again
+    assert win.run.state != "idle"
+    assert hint_shown(win) == RUN_HINTS[win.run.state] != IDLE_HINT
+    assert "Run (F5) starts" not in hint_shown(win)
+    qtbot.waitUntil(lambda: win.run.state == "idle" and len(win.store) > 0, timeout=TIMEOUT_MS)
+    win.run.stop()
+    win.presenter.clear()                         # nothing running, nothing shown: Run starts it
+    assert hint_shown(win) == IDLE_HINT
+    assert states and states[-1] == "idle"
+
+
+def test_the_prompt_tab_says_edited_prompt_once_typed_into(qtbot, make_window):
+    win = make_window(prompt=None)
+    editor = win.prompt_editor
+    assert "from default prompt" in editor.info.full_text()
+    editor.edit.selectAll()
+    qtbot.keyClicks(editor.edit, '[{"role": "user", "content": "Write a haiku."}]')    # typed, not loaded
+    info = editor.info.full_text()
+    assert "from default prompt" not in info and "edited prompt (was: default prompt)" in info
+    editor.load_default()                         # back to the bundled prompt: its source again
+    assert "from default prompt" in editor.info.full_text() and "edited" not in editor.info.full_text()

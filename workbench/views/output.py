@@ -186,21 +186,42 @@ class PromptEditor(QWidget):
         self.edit.setFont(theme.mono_font(9.5))
         self.edit.setPlaceholderText("Type a prompt, or drop a .txt (raw text) or .json (chat messages) file")
         self.edit.file_dropped.connect(self.load_file)
-        self.edit.textChanged.connect(self._update_info)
+        self.edit.textChanged.connect(self._on_edit)
         self.info = ElidedLabel("")
         self.info.setObjectName("muted")
         column(self, row(QLabel("format"), self.mode, 1, default_btn, open_btn), (self.edit, 1), self.info)
         self.source = ""
+        self.edited = False             # typed into since set_prompt (the source no longer holds)
+        self._setting = False
 
     def set_prompt(self, prompt, source: str = "") -> None:
+        self._setting = True
+        try:
+            self._fill(prompt)
+        finally:
+            self._setting = False
+        self.source = source
+        self.edited = False
+        self._update_info()
+
+    def _fill(self, prompt) -> None:
         if isinstance(prompt, list):
             self.mode.setCurrentText(CHAT)
             self.edit.setPlainText(json.dumps(prompt, indent=1, ensure_ascii=False))
         else:
             self.mode.setCurrentText(RAW)
             self.edit.setPlainText(str(prompt))
-        self.source = source
+
+    def _on_edit(self) -> None:
+        if not self._setting:
+            self.edited = True
         self._update_info()
+
+    def source_text(self) -> str:
+        """Where the prompt in the editor came from: "edited prompt" once typed into."""
+        if self.edited:
+            return f"edited prompt (was: {self.source})" if self.source else "edited prompt"
+        return f"from {self.source}" if self.source else ""
 
     def load_default(self) -> None:
         try:
@@ -236,7 +257,7 @@ class PromptEditor(QWidget):
             what = (f"{len(p)} chat message{'s' if len(p) != 1 else ''}" if isinstance(p, list)
                     else "raw text, no chat template")
             self.info.setText(f"{what} · {len(self.edit.toPlainText()):,} characters"
-                              + (f" · from {self.source}" if self.source else ""))
+                              + (f" · {self.source_text()}" if self.source_text() else ""))
             self.info.setObjectName("muted")
         except ParameterError as e:
             self.info.setText(str(e))

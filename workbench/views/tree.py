@@ -157,6 +157,14 @@ class _Canvas(QGraphicsView):
         self.fit()
 
 
+IDLE_HINT = "no window yet: Run (F5) starts decoding, Step (N) runs one window"
+RUN_HINTS = {"starting": "decoding starts: the first window is on its way",
+             "loading": "loading the model: decoding starts when it is ready",
+             "probing": "measuring this device: decoding starts when it is done",
+             "running": "decoding: the first window is on its way",
+             "paused": "paused before the first window: Resume (F5) or Step (N)"}
+
+
 class TokenTreeView(QWidget):
     """The shown window's tree; clicking a node emits `row_selected(row)`."""
 
@@ -179,6 +187,7 @@ class TokenTreeView(QWidget):
         self._event: WindowEvent | None = None
         self._selected_row = -1
         self.export_top = 0
+        self._hint = IDLE_HINT
         self.clear()
 
     # ---- public -----------------------------------------------------------------------------
@@ -195,7 +204,18 @@ class TokenTreeView(QWidget):
             it.selected_row = it.row == row and row > 0
             it.update()
 
-    def clear(self, message: str = "no window yet: Run (F5) starts decoding, Step (N) runs one window") -> None:
+    def set_run_state(self, state: str) -> None:
+        """The live run's state (workbench.run_control): the empty tree's hint says what is
+        happening (after Reset decoding restarts; it no longer says Run starts it)."""
+        self._hint = RUN_HINTS.get(state, IDLE_HINT)
+        if self._event is None:
+            self.clear()
+
+    def hint(self) -> str:
+        return self._hint
+
+    def clear(self, message: str | None = None) -> None:
+        message = message or self._hint
         self.scene.clear()
         self._items, self._states, self._event = [], [], None
         self.summary.setText("")
