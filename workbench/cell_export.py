@@ -26,7 +26,7 @@ class CellExportDialog(QDialog):
         self.cells = sorted(measured(result, None), key=lambda c: -c["ratio_to_ar"])
         self.cell = QComboBox()
         for c in self.cells:
-            self.cell.addItem(f"{c['id']}  ({c['ratio_to_ar']:.2f}x AR)", c["id"])
+            self.cell.addItem(f"{c['id']}  ({c['ratio_to_ar']:.2f}x plain decoding)", c["id"])
         if cell_id is not None and self.cell.findData(cell_id) >= 0:
             self.cell.setCurrentIndex(self.cell.findData(cell_id))
         self.format = QComboBox()

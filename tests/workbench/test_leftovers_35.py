@@ -127,3 +127,41 @@ def test_the_prompt_tab_says_edited_prompt_once_typed_into(qtbot, make_window):
     assert "from default prompt" not in info and "edited prompt (was: default prompt)" in info
     editor.load_default()                         # back to the bundled prompt: its source again
     assert "from default prompt" in editor.info.full_text() and "edited" not in editor.info.full_text()
+
+
+def test_the_sweep_caption_names_plain_decoding_with_the_ratios_own_numbers(qtbot, cpu_runtime, tmp_path):
+    import re
+
+    from engine.cost.baseline import Baseline
+    from engine.io.workloads import load_workload
+    from engine.tuning.grid import SweepConfig
+    from engine.tuning.sweep import Sweep
+    from tests.sweep_helpers import workload_file
+    from workbench.cell_export import CellExportDialog
+    from workbench.views.heatmap import HeatmapView
+    path = workload_file(tmp_path)
+    cfg = SweepConfig(workload=str(path), drafts=("lookup",), depths=(3,), widths=(1,), prompts=1,
+                      new_tokens=8)
+    sweep = Sweep(cpu_runtime, cfg, load_workload(str(path), None, 1))
+    for _ in sweep.steps():
+        pass
+    result = sweep.result
+    hm = HeatmapView()
+    qtbot.addWidget(hm)
+    hm.set_result(result)
+    text = hm.caption.text()
+    ar = result["ar"]
+    assert ar["decode_tok_s"] != ar["tok_s"]          # prefill in one, not the other: they differ
+    assert Baseline(ar["decode_tok_s"], "measured").label() in text
+    assert " AR" not in text and "x AR" not in text
+    best = next(c for c in result["cells"] if c["id"] == result["best"])
+    m = re.search(rf"best {re.escape(best['id'])}: ([0-9.]+)x plain decoding, ([0-9.]+) tok/s", text)
+    assert m, text
+    ratio, tok_s = float(m.group(1)), float(m.group(2))
+    assert ratio == round(best["ratio_to_ar"], 2)
+    assert tok_s == round(best["decode_tok_s"], 1)      # the decode speed the ratio is of
+    # one prompt: the ratio is the cell's decode tok/s over the baseline's
+    assert abs(best["decode_tok_s"] / ar["decode_tok_s"] - best["ratio_to_ar"]) < 0.01 * best["ratio_to_ar"]
+    dialog = CellExportDialog(result, best["id"])
+    qtbot.addWidget(dialog)
+    assert dialog.cell.currentText() == f"{best['id']}  ({best['ratio_to_ar']:.2f}x plain decoding)"

@@ -28,7 +28,7 @@ def row_key(cell: dict[str, Any]) -> str:
 
 
 def ratio_color(ratio: float | None) -> QColor:
-    """Green above 1.0x AR, red below (full at 2x / 0.5x), grey for no value."""
+    """Green above 1.0x plain decoding, red below (full at 2x / 0.5x), grey for no value."""
     if ratio is None or not math.isfinite(ratio):
         return theme.qcolor(theme.GREY, 90)
     t = max(-1.0, min(1.0, math.log2(max(ratio, 1e-6))))
@@ -137,17 +137,28 @@ def _pending(cid: str) -> dict[str, Any]:
             "status": "pending", "ratio_to_ar": None}
 
 
+def baseline_of(result: dict[str, Any]):
+    """The sweep's plain-decoding baseline (engine.cost.baseline): its AR runs' decode tok/s
+    (prefill excluded, what every cell's ratio divides by); None when there is none."""
+    from engine.cost.baseline import Baseline
+    tok_s = (result.get("ar") or {}).get("decode_tok_s")
+    return Baseline(tok_s, "measured") if tok_s else None
+
+
 def caption(result: dict[str, Any]) -> str:
-    """One line under the map: best cell, AR, adaptive against the best, skipped cells."""
+    """One line under the map: best cell, the baseline, adaptive against the best, skipped cells.
+    Tok/s are decode tok/s (prefill excluded), the numbers the ratios are of."""
     ar = result.get("ar") or {}
     best = next((c for c in result.get("cells", []) if c["id"] == result.get("best")), None)
     parts = [f"{result.get('device', '?')}, {len(result.get('prompts', []))} prompts × "
              f"{result.get('config', {}).get('new_tokens', '?')} tokens"]
-    if ar.get("tok_s"):
-        parts.append(f"AR {ar['tok_s']:.1f} tok/s" + (f" (after the cells: {ar['drift']:.2f}x)"
-                                                      if ar.get("drift") is not None else ""))
+    base = baseline_of(result)
+    if base is not None:
+        parts.append(base.label() + (f" (after the cells: {ar['drift']:.2f}x)"
+                                     if ar.get("drift") is not None else ""))
     if best:
-        parts.append(f"best {best['id']}: {best['ratio_to_ar']:.2f}x AR, {best['tok_s']:.1f} tok/s, "
+        tok_s = best.get("decode_tok_s") or best["tok_s"]
+        parts.append(f"best {best['id']}: {best['ratio_to_ar']:.2f}x plain decoding, {tok_s:.1f} tok/s, "
                      f"{best['tokens_per_pass']:.2f} tok/pass")
     for cid, r in (result.get("adaptive_vs_best") or {}).items():
         parts.append(f"{cid.split(':')[1]} adaptive {r:.2f} of best")
