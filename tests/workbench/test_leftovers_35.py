@@ -165,3 +165,28 @@ def test_the_sweep_caption_names_plain_decoding_with_the_ratios_own_numbers(qtbo
     dialog = CellExportDialog(result, best["id"])
     qtbot.addWidget(dialog)
     assert dialog.cell.currentText() == f"{best['id']}  ({best['ratio_to_ar']:.2f}x plain decoding)"
+
+
+@pytest.mark.parametrize("size", [(1024, 768), (1280, 720)])
+def test_stats_titles_fit_their_plots(qtbot, qapp, make_window, size):
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    from workbench.views.stats import LEGENDS
+    win = make_window()
+    _settle(qtbot, qapp, win, size)
+    win.docks["stats"].show()
+    win.docks["stats"].raise_()
+    _settle(qtbot, qapp, win, size)
+    assert not win.docks["stats"].visibleRegion().isEmpty()
+    _shot(win, f"stats_{size[0]}x{size[1]}")
+    view = win.stats
+    plots = dict(zip(LEGENDS, (view.p_tps, view.p_pass, view.p_depth, view.p_gamma)))
+    for title, p in plots.items():
+        label = p.titleLabel
+        font = QFont(label.item.font())
+        font.setPointSizeF(8.5)
+        font.setBold(True)
+        text_w = QFontMetrics(font).horizontalAdvance(title)
+        assert label.item.toPlainText() == title
+        assert 0 < text_w <= label.width() <= p.width() + 1, (title, text_w, label.width(), p.width())
+        assert label.item.boundingRect().width() <= p.width() + 1, title
