@@ -79,6 +79,7 @@ def main() -> int:
     ap.add_argument("--groups", default=None, help="comma-separated subset")
     ap.add_argument("--settings", default=None, help="comma-separated subset (plain always runs)")
     ap.add_argument("--mt", type=int, default=8, help="MT-Bench prompts (one per category)")
+    ap.add_argument("--code", type=int, default=5, help="code-edit prompts")
     ap.add_argument("--json", default=None)
     ap.add_argument("--detail", action="store_true",
                     help="per-row detail as the window decodes (default: as `generate`, the sweep and the race)")
@@ -96,6 +97,8 @@ def main() -> int:
     G = groups(a.per_category, a.offset)
     if a.groups:
         G = {k: v for k, v in G.items() if k in a.groups.split(",")}
+    if "code-edit" in G:
+        G["code-edit"] = G["code-edit"][:a.code]
     if "mt-bench" in G:
         G["mt-bench"] = G["mt-bench"][:a.mt]
     results, same, total = {}, 0, 0
