@@ -51,14 +51,10 @@ NEVER_DRAFTS = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "10
 SPEC_DEFAULT = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
                 "--spec-ngram-mod-n-min", "48", "--spec-ngram-mod-n-max", "64"]
 NGRAM_SIMPLE = ["--spec-type", "ngram-simple"]
-DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
-DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
-ACCEPTED = re.compile(r"n_accept\s*=\s*(\d+)")
 BUILD = re.compile(r"build: (\d+) \(([0-9a-f]+)\)")
-# common_perf_print: where a window's time goes besides the pass (sampling every row on the host;
-# graphs rebuilt when the batch size changes from one window to the next)
-SAMPLING = re.compile(r"sampling time =\s+([\d.]+) ms")
-REUSED = re.compile(r"graphs reused =\s+(\d+)")
+# the loop's own printout (llama-speculative-simple's stats and common_perf_print: where a window's
+# time goes besides the pass) is parsed as the calibration parses it
+from engine.tuning.llamacpp_loop import ACCEPTED, DECODED, DRAFTED, REUSED, SAMPLING  # noqa: E402
 
 
 def config_flags(text: str) -> list[str]:
