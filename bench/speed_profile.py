@@ -59,6 +59,15 @@ class _Region:
         return getattr(self.fn, item)
 
 
+def _set(owner, key, value, item) -> None:
+    """owner[key] = value; a model's Layer is a frozen record of its weights (read by name too):
+    the profiler swaps its fields for the duration and back."""
+    if hasattr(owner, "__setitem__"):
+        owner[key] = value
+    else:
+        object.__setattr__(owner, key, value)
+
+
 @contextlib.contextmanager
 def regions(rt, cache) -> Any:
     """Wrap the runtime's linears, attention, norms, RoPE and cache writes in named ranges for
@@ -72,7 +81,7 @@ def regions(rt, cache) -> Any:
         saved.append((owner, key, old, item))
         new = _Region(name, old)
         if item:
-            owner[key] = new
+            _set(owner, key, new, item)
         else:
             setattr(owner, key, new)
 
@@ -101,7 +110,7 @@ def regions(rt, cache) -> Any:
     finally:
         for owner, key, old, item in reversed(saved):
             if item:
-                owner[key] = old
+                _set(owner, key, old, item)
             elif key in vars(owner) and getattr(type(owner), key, None) is not None:
                 delattr(owner, key)          # back to the class attribute (a method)
             else:

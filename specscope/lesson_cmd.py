@@ -39,11 +39,13 @@ def png_renderer():
     """Qt's SVG renderer and an offscreen application, or None where PySide6 is missing."""
     try:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-        from PySide6.QtGui import QGuiApplication
         from PySide6.QtSvg import QSvgRenderer  # noqa: F401  (the PNG is the SVG drawn by it)
+        from PySide6.QtWidgets import QApplication
     except ImportError:
         return None
-    return QGuiApplication.instance() or QGuiApplication(["specscope"])
+    # a QApplication, not a bare QGuiApplication: a process that later opens widgets (the window,
+    # a test session) cannot replace the one application Qt allows
+    return QApplication.instance() or QApplication(["specscope"])
 
 
 def run_lesson_cmd(a: argparse.Namespace) -> int:

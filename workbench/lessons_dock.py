@@ -70,6 +70,7 @@ class LessonView(JobDock):
         self.quick.setToolTip("the test budget: one short prompt, a few tokens, a short probe")
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
+        self.bar.setMinimumWidth(30)        # the dock fits beside the others at 1024 px wide
         self.bar.setFormat("not run yet")
         self.status = QLabel(f"saves {name}.png, {name}.csv and {name}.md in {self.folder}")
         self.status.setObjectName("muted")

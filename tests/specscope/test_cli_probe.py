@@ -23,7 +23,8 @@ def _generate(cache, *extra: str) -> subprocess.CompletedProcess:
 
 
 def test_the_first_generate_says_it_measures_the_device_and_reports_the_time_apart(tmp_path):
-    first = _generate(tmp_path)
+    # --adaptive prices windows on the device's cost profile: the first run measures it
+    first = _generate(tmp_path, "--adaptive")
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)
     assert "measuring this device's verify cost" in first.stderr
@@ -32,7 +33,7 @@ def test_the_first_generate_says_it_measures_the_device_and_reports_the_time_apa
     assert report["probe_s"] > 0 and report["config"]["adaptive"]
     assert list((tmp_path / "profiles").glob("*.json"))       # saved for the next start
     # control: the next run finds the saved profile; nothing measured, nothing said
-    again = _generate(tmp_path)
+    again = _generate(tmp_path, "--adaptive")
     assert again.returncode == 0, again.stderr
     assert "measuring" not in again.stderr
     assert json.loads(again.stdout)["probe_s"] < report["probe_s"]

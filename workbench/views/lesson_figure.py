@@ -104,7 +104,7 @@ def _figure_over_text(plots: QWidget, legend: QLabel, claim: QLabel, table: QLab
     scroll.setWidget(text)
     scroll.setWidgetResizable(True)
     scroll.setFrameShape(QFrame.Shape.NoFrame)
-    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)   # a narrow dock scrolls the table
     scroll.setMinimumHeight(90)
     top = QWidget()
     column(top, (plots, 1), legend, margins=(0, 0, 0, 4), spacing=2)
