@@ -18,7 +18,7 @@ from engine.speculation.settings import DecodeSettings
 SHAPES = (("linear d8", DecodeSettings(draft="lookup", depth=8, width=1)),
           ("linear d24", DecodeSettings(draft="lookup", depth=24, width=1)),
           ("tree 3 x d8", DecodeSettings(draft="tree", depth=8, width=3)),
-          ("plain AR", DecodeSettings(draft="none")))
+          ("plain decoding", DecodeSettings(draft="none")))
 
 
 @dataclass(frozen=True)
@@ -96,10 +96,10 @@ def budget(ctx: LessonContext) -> LessonResult:
         s = DecodeSettings.from_dict({**s.to_dict(), "max_new_tokens": n})
         runs[name] = _runs(ctx, prompts, s, name, (k / len(SHAPES), (k + 1) / len(SHAPES)))
     t = {name: totals(r) for name, r in runs.items()}
-    shapes = [name for name, _ in SHAPES if name != "plain AR"]
+    shapes = [name for name, _ in SHAPES if name != "plain decoding"]
     xs = list(range(len(shapes)))
     ticks = tuple((float(i), name) for i, name in enumerate(shapes))
-    ar = t["plain AR"]
+    ar = t["plain decoding"]
     win = max(t, key=lambda k: t[k].tok_s)
     p1 = Panel("what one pass spends and what it gets", "", "tokens per pass",
                (series("candidate tokens per drafted pass", [x - 0.2 for x in xs],
@@ -112,7 +112,7 @@ def budget(ctx: LessonContext) -> LessonResult:
     p2 = Panel(f"and what it costs on {ctx.here}", "", "tokens per second",
                (series("tok/s", xs, [t[k].tok_s for k in shapes], style="bars",
                        labels=tuple(f"{fmt(t[k].ms_per_pass)} ms/pass" for k in shapes)),),
-               (Mark("y", ar.tok_s, f"plain AR {fmt(ar.tok_s)} tok/s", "warn"),), x_ticks=ticks)
+               (Mark("y", ar.tok_s, f"plain decoding {fmt(ar.tok_s)} tok/s", "warn"),), x_ticks=ticks)
     comps = tuple(
         Comparison(f"{name}: candidate tokens", b, t[k].candidates_per_drafted, "per drafted pass")
         for (name, b), k in zip(S.BUDGET_TABLE, shapes)) + (
@@ -142,11 +142,11 @@ def budget(ctx: LessonContext) -> LessonResult:
 
 def budget_why(candidates: dict[str, float], tok_s: dict[str, float], here: str = "this device") -> str:
     """Why the shape that wins here wins, from the numbers: candidate tokens per drafted pass
-    per shape, and tok/s per shape and of plain decoding ("plain AR")."""
+    per shape, and tok/s per shape and of plain decoding."""
     win = max(tok_s, key=lambda k: tok_s[k])
     spent = (f"the tree checks {fmt(candidates['tree 3 x d8'])} and depth 24 "
              f"{fmt(candidates['linear d24'])} candidate tokens a pass, not 24")
-    if win == "plain AR":
+    if win == "plain decoding":
         verdict = (f"plain decoding is fastest ({fmt(tok_s[win])} tok/s): on {here} no shape's extra rows "
                    "bought enough accepted tokens to pay for themselves (see the `knee` lesson)")
     elif win == "tree 3 x d8":

@@ -1,5 +1,6 @@
 """The `ar-floor` lesson (seed 002 § 07): time one plain step, probe up to three windows, and
-retire to plain decoding when none was strictly cheaper per emitted token."""
+retire to plain decoding when none was strictly cheaper per emitted token (the floor then keeps
+measuring: engine.cost.floor)."""
 
 from __future__ import annotations
 
@@ -76,10 +77,10 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
                 span=(0.0, 0.4))
     off = decode(ctx, ids, DecodeSettings.from_dict(base | {"ar_floor": False}), label="AR floor off",
                  span=(0.4, 0.7))
-    ar = decode(ctx, ids, DecodeSettings.from_dict(base | {"draft": "none"}), label="plain AR",
+    ar = decode(ctx, ids, DecodeSettings.from_dict(base | {"draft": "none"}), label="plain decoding",
                 span=(0.7, 1.0))
     kinds, steps = floor_steps(on)
-    runs = (("AR floor on", on), ("AR floor off (always the tree)", off), ("plain AR", ar))
+    runs = (("AR floor on", on), ("AR floor off (always the tree)", off), ("plain decoding", ar))
     p1, p2 = floor_panels(on, runs, kinds)
     final = on.floor[-1][0] if on.floor else "off"
     decided = next((s for s in steps if s["state"] != "probing"), None)
@@ -90,7 +91,7 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
                    write_up_text="up to three, each timed"),
         Comparison("decision", None, None, write_up_text="nothing strictly cheaper → retire",
                    here_text=f"{final}" + (f" after window {decided['window']}: {decided['reason']}" if decided else "")),
-        Comparison("tok/s: floor on / always speculating / plain AR", None, on.report["tok_s"], "tok/s",
+        Comparison("tok/s: floor on / always speculating / plain decoding", None, on.report["tok_s"], "tok/s",
                    write_up_text=(f"Halo AR {S.HALO_AR_TOK_S} vs MTP {S.HALO_MTP_TOK_S}; R9700 AR "
                                   f"{S.R9700_AR_TOK_S} vs MTP {S.R9700_MTP_TOK_S}"),
                    here_text=" / ".join(fmt(r.report["tok_s"]) for _, r in runs)),

@@ -56,9 +56,9 @@ def test_row_cost_why_compares_the_row_with_the_write_ups_cards():
 
 def test_budget_why_names_the_winner_the_numbers_give():
     cand = {"linear d8": 6.0, "linear d24": 14.0, "tree 3 x d8": 16.0}
-    tree = budget_why(cand, {"linear d8": 20, "linear d24": 18, "tree 3 x d8": 30, "plain AR": 15})
-    plain = budget_why(cand, {"linear d8": 10, "linear d24": 8, "tree 3 x d8": 9, "plain AR": 15})
-    d8 = budget_why(cand, {"linear d8": 20, "linear d24": 8, "tree 3 x d8": 9, "plain AR": 15})
+    tree = budget_why(cand, {"linear d8": 20, "linear d24": 18, "tree 3 x d8": 30, "plain decoding": 15})
+    plain = budget_why(cand, {"linear d8": 10, "linear d24": 8, "tree 3 x d8": 9, "plain decoding": 15})
+    d8 = budget_why(cand, {"linear d8": 20, "linear d24": 8, "tree 3 x d8": 9, "plain decoding": 15})
     assert "the tree wins" in tree and "as the write-up says" in tree
     assert "plain decoding is fastest" in plain and "wins" not in plain
     assert "linear d8 wins" in d8 and "not the tree" in d8

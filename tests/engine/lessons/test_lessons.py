@@ -190,10 +190,10 @@ def test_budget_shapes_spend_the_write_ups_budget_and_emit_plain_decoding(lesson
     tok_s = [y for _, y in points(rows, "tok/s")]
     runs = result.data["runs"]
     new_tokens = Budget.quick_budget().new_tokens
-    for plain in runs["plain AR"]:
+    for plain in runs["plain decoding"]:
         assert plain.report["finish_reason"] == "length" and len(emitted_tokens(plain)) == new_tokens
     for i, shape in enumerate(("linear d8", "linear d24", "tree 3 x d8")):
-        assert [emitted_tokens(r) for r in runs[shape]] == [emitted_tokens(r) for r in runs["plain AR"]], shape
+        assert [emitted_tokens(r) for r in runs[shape]] == [emitted_tokens(r) for r in runs["plain decoding"]], shape
         evs = [e for run in runs[shape] for e in run.events]
         drafted = [e for e in evs if e.tokens]
         # the decoder's own running counts (its last window's statistics), not the lesson's
