@@ -33,6 +33,7 @@ import torch
 
 from specscope.progress import Progress
 from specscope.peers import OURS, PEERS, Row, Sample, open_rows, peer_version
+from engine.cost.baseline import decode_tok_s
 from engine.errors import ParameterError
 from engine.io.prompts import encode_prompt
 from engine.io.workloads import SPECBENCH_CATEGORIES, WorkloadPrompt, load_workload
@@ -142,10 +143,10 @@ def run_benchmark(cfg: BenchConfig, rt: Runtime, rows: list[Row], prompts: list[
 def _sample_record(rep: int, prompt_id: str, s: Sample) -> dict[str, Any]:
     n = len(s.tokens)
     ft = s.first_token_s
-    decode = (n - 1) / (s.wall_s - ft) if ft is not None and n > 1 and s.wall_s > ft else None
+    decode = decode_tok_s(n, s.wall_s, ft, s.first_tokens)
     return {"repeat": rep, "prompt": prompt_id, "new_tokens": n, "wall_s": round(s.wall_s, 5),
             "tok_s": round(n / s.wall_s, 3) if s.wall_s > 0 else 0.0,
-            "first_token_s": None if ft is None else round(ft, 5),
+            "first_token_s": None if ft is None else round(ft, 5), "first_tokens": s.first_tokens,
             "decode_tok_s": None if decode is None else round(decode, 3),
             "forward_passes": s.forward_passes,
             "tokens_per_pass": round(n / s.forward_passes, 4) if s.forward_passes else None,
@@ -168,11 +169,12 @@ def _per_repeat(samples: list[dict[str, Any]], repeats: int) -> list[dict[str, A
         wall = sum(s["wall_s"] for s in ss)
         passes = [s["forward_passes"] for s in ss]
         firsts = [s["first_token_s"] for s in ss]
-        after = sum(s["wall_s"] - s["first_token_s"] for s in ss) if None not in firsts else 0
+        # after the first token: decoding alone, prefill cost taken out (the prompts' spans summed)
+        decode = (decode_tok_s(tokens, wall, sum(firsts), sum(s.get("first_tokens", 1) for s in ss))
+                  if ss and None not in firsts else None)
         out.append({"repeat": rep, "new_tokens": tokens, "wall_s": round(wall, 5),
                     "tok_s": round(tokens / wall, 3) if wall > 0 else 0.0,
-                    # after the first token: decoding alone, prefill cost taken out
-                    "decode_tok_s": (round((tokens - len(ss)) / after, 3) if after > 0 else None),
+                    "decode_tok_s": None if decode is None else round(decode, 3),
                     "first_token_s": (round(statistics.mean(firsts), 5)
                                       if ss and None not in firsts else None),
                     "tokens_per_pass": (round(tokens / sum(passes), 4)

@@ -159,7 +159,13 @@ def cmd_generate(a: argparse.Namespace) -> int:
     report = dec.report()
     report["probe_s"] = probe_s
     print()
+    # the speeds in words, each named for what it counts (tok_s keeps the prefill in,
+    # decode_tok_s leaves it out; the baseline says its source), then the same figures as JSON
+    from engine.cost.baseline import speed_words
+    print(f"specscope: {report['new_tokens']} tokens in {report['windows']} windows: "
+          f"{speed_words(report)}", file=sys.stderr)
     summary = {k: report[k] for k in ("new_tokens", "windows", "tokens_per_pass", "tok_s",
+                                      "decode_tok_s", "first_token_s", "baseline",
                                       "wall_s", "load_s", "probe_s", "finish_reason", "device",
                                       "dtype", "activation_dtype", "weight_format")}
     print(json.dumps(summary), file=sys.stderr)

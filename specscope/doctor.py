@@ -254,7 +254,7 @@ def _model_line(r: _Report, device: str, dtype: str, weights: str, model: str | 
         r.line("FAIL", name, "decoded no token", "report it with this output")
         return
     r.line("ok", name, f"{rep['new_tokens']} tokens ({rep['activation_dtype']}, {rt.weights_label}) "
-           f"{rep['tok_s']:.0f} tok/s, {time.perf_counter() - t0:.1f} s: {text!r}")
+           f"{rep['tok_s']:.0f} tok/s incl. prefill, {time.perf_counter() - t0:.1f} s: {text!r}")
     _history_line(r, rt)
 
 

@@ -55,6 +55,7 @@ class Sample:
     forward_passes: int | None        # token-producing passes; None: the engine does not say
     first_token_s: float | None = None   # first forward of the prompt .. first new token
     extra: dict[str, Any] = field(default_factory=dict)
+    first_tokens: int = 1             # tokens that came with the first (ours: the first window's)
 
 
 @dataclass(frozen=True)
@@ -89,16 +90,15 @@ def our_rows(rt: Runtime, kinds: tuple[str, ...] = OURS) -> list[Row]:
     for kind in kinds:
         def run(ids: list[int], max_new: int, kind: str = kind) -> Sample:
             dec = Decoder(rt, ids, _ours_settings(kind, max_new), detail=False)
-            first = None
-            for ev in dec.windows():
-                if first is None:
-                    first = ev.stats.elapsed_s     # the decoder's clock starts at the prefill
-            r = dec.report()
+            r = dec.run()
             # forward_passes counts the windows; the prefill of prompt[:-1] is one more pass
-            # that produces no token (a peer's first pass prefills and emits the first token)
-            return Sample(r["tokens"], r["wall_s"], r["forward_passes"], first,
+            # that produces no token (a peer's first pass prefills and emits the first token).
+            # first_token_s: the decoder's clock starts at the prefill; the first window may
+            # bring more than one token (first_tokens)
+            return Sample(r["tokens"], r["wall_s"], r["forward_passes"], r["first_token_s"],
                           {k: r[k] for k in ("proposed_draft_tokens", "accepted_draft_tokens",
-                                             "finish_reason", "profile")})
+                                             "finish_reason", "profile")},
+                          first_tokens=r["first_tokens"] or 1)
         s = _ours_settings(kind, 1).to_dict()
         params = {k: s[k] for k in ("draft", "depth", "width", "ngram_min", "ngram_max", "match",
                                     "adaptive", "ar_floor")}

@@ -13,6 +13,8 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QProgressBar, QToolBar, QWidget
 
+from engine.cost.baseline import speed_words
+
 from workbench import export, theme
 from workbench.widgets import ElidedLabel, column
 
@@ -355,7 +357,7 @@ class StatusLine:
         if reason == "stopped" and stopped_for:
             why = f"stopped for the {stopped_for}: Run (F5) starts a new run"
         self.say(f"done: {plural(report.get('new_tokens', 0), 'token')} in "
-                 f"{plural(report.get('windows', 0), 'window')}, {report.get('tok_s', 0):.1f} tok/s, "
+                 f"{plural(report.get('windows', 0), 'window')}, {speed_words(report)}, "
                  f"{report.get('tokens_per_pass', 0):.2f} tokens/pass ({why})")
 
     def set_state(self, text: str) -> None:

@@ -45,12 +45,16 @@ def unpaused_event(ev, paused_s: float):
 def final_report(report: RunReport, paused_s: float, cut: str) -> dict:
     """The run's report as the window keeps it: its finish_reason the decoder's, else `cut` (the
     worker, not the decoder, ended the run); its wall_s and tok_s without the time the run was
-    held paused (as unpaused_event), which it adds as paused_s."""
+    held paused (as unpaused_event), which it adds as paused_s; decode_tok_s too (a pause comes
+    after a window, so after the first token: first_token_s keeps)."""
+    from engine.cost.baseline import decode_tok_s
     paused = paused_s > 0 and bool(report.wall_s)
     changes: dict[str, Any] = {"finish_reason": report.finish_reason or cut}
     if paused:
         wall = max(1e-9, report.wall_s - paused_s)
-        changes.update(wall_s=round(wall, 4), tok_s=round(report.new_tokens / wall, 3))
+        decode = decode_tok_s(report.new_tokens, wall, report.first_token_s, report.first_tokens)
+        changes.update(wall_s=round(wall, 4), tok_s=round(report.new_tokens / wall, 3),
+                       decode_tok_s=None if decode is None else round(decode, 3))
     d = replace(report, **changes).to_dict()
     if paused:
         d["paused_s"] = round(paused_s, 4)

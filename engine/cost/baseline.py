@@ -8,8 +8,9 @@ speculative windows; else the device probe's one-row pass. The label says which.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MEASURED_AT_LEAST = 3      # plain steps before the run's own median beats the probe
 
@@ -34,6 +35,29 @@ class Baseline:
         """'plain decoding 18.1 tok/s (measured)'."""
         return f"plain decoding {self.tok_s:.1f} tok/s ({self.source})"
 
+    def to_dict(self) -> dict[str, float | str]:
+        """The JSON report's `baseline`: {"tok_s": ..., "source": "measured" | "probe"}."""
+        return {"tok_s": round(self.tok_s, 3), "source": self.source}
+
+
+def decode_tok_s(new_tokens: int, wall_s: float, first_token_s: float | None,
+                 first_tokens: int = 1) -> float | None:
+    """Decode speed, prefill excluded: the tokens after the first ÷ the seconds after it.
+
+    wall_s and first_token_s run on one clock from the start of prefill (to the last token, to the
+    first); first_tokens: how many tokens arrived with the first one (a first window that accepted
+    drafts brings more than one). None when there is nothing after the first token to time.
+    Every decode tok/s (the generate report, the bench, the sweep, the race) is this one.
+
+    >>> decode_tok_s(11, 1.5, 0.5)
+    10.0
+    >>> decode_tok_s(1, 0.5, 0.5) is None
+    True
+    """
+    if first_token_s is None or new_tokens <= first_tokens or not wall_s > first_token_s:
+        return None
+    return (new_tokens - first_tokens) / (wall_s - first_token_s)
+
 
 def plain_baseline(plain_step_ms: Sequence[float], probe_one_row_ms: float | None) -> Baseline | None:
     """The baseline from a run's plain decode steps (ms each) and the probe's one-row pass (ms).
@@ -49,3 +73,26 @@ def plain_baseline(plain_step_ms: Sequence[float], probe_one_row_ms: float | Non
     if probe_one_row_ms and probe_one_row_ms > 0:
         return Baseline(1000.0 / probe_one_row_ms, "probe")
     return None
+
+
+def speed_words(report: Mapping[str, Any]) -> str:
+    """A run report's speeds, each named for what it counts: tok/s with the prefill in, decode
+    tok/s without it, and plain decoding's with its source (absent figures are left out).
+
+    >>> speed_words({"tok_s": 8.6, "decode_tok_s": 15.8,
+    ...              "baseline": {"tok_s": 15.2, "source": "measured"}})
+    '8.6 tok/s incl. prefill · decode 15.8 tok/s · plain decoding 15.2 tok/s (measured)'
+    """
+    def num(x: Any) -> float | None:
+        return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+    parts = [f"{num(report.get('tok_s')) or 0.0:.1f} tok/s incl. prefill"]
+    if num(report.get("decode_tok_s")) is not None:
+        parts.append(f"decode {num(report['decode_tok_s']):.1f} tok/s")
+    base = report.get("baseline")
+    if isinstance(base, Mapping):
+        try:
+            parts.append(Baseline(float(base["tok_s"]), str(base["source"])).label())
+        except (KeyError, TypeError, ValueError):   # a hand-edited recording's: left out
+            pass
+    return " · ".join(parts)

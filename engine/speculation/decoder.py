@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from engine.cost.acceptance import DepthTally
+from engine.cost.baseline import Baseline, decode_tok_s, plain_baseline
 from engine.cost.plan import Plan
 from engine.errors import NumericalError, ParameterError
 from engine.limits import MAX_ROWS
@@ -50,6 +51,9 @@ class RunStats:
         self.accepted = 0
         self.depths = DepthTally()
         self.wall_s = 0.0
+        self.first_s: float | None = None    # prefill start .. the first new token
+        self.first_tokens = 0                # tokens emitted with it (the first window's)
+        self.plain_ms: list[float] = []      # ms of each window that drafted nothing (plain steps)
 
     def count(self, tree: TokenTree, outcome: VerifyOutcome, emitted: list[int]) -> None:
         self.windows += 1
@@ -57,6 +61,18 @@ class RunStats:
         self.proposed += len(tree.tokens)
         self.accepted += len(outcome.accepted)
         self.depths.add(tree.parents, outcome.accepted)
+
+    def timed(self, tree: TokenTree, window_s: float, elapsed_s: float) -> None:
+        """A counted window's times: its own (a plain step's feeds the baseline) and the run's
+        clock at its end (the first that emitted starts decode_tok_s's span)."""
+        self.wall_s = elapsed_s
+        if not tree.tokens and window_s > 0:
+            self.plain_ms.append(1000.0 * window_s)
+        if self.first_s is None and self.new_tokens:
+            self.first_s, self.first_tokens = elapsed_s, len(self.new_tokens)
+
+    def decode_tok_s(self) -> float | None:
+        return decode_tok_s(len(self.new_tokens), self.wall_s, self.first_s, self.first_tokens)
 
     def stats(self, ar_floor: str) -> E.WindowStats:
         n, w = len(self.new_tokens), self.windows
@@ -168,7 +184,7 @@ class Decoder:
                 parts.drafters[plan.drafter].observe(outcome)
             stats.count(tree, outcome, emitted)
             t3 = time.perf_counter()
-            stats.wall_s = t3 - t_start
+            stats.timed(tree, t3 - t0, t3 - t_start)
             self.finish_reason = finish
             if self.on_verify is not None:
                 self.on_verify(tree, scores)
@@ -264,6 +280,7 @@ class Decoder:
     def run_report(self) -> E.RunReport:
         st = self.run_stats.stats(self._floor_state())
         rt, floor, profile = self.rt, self.factory.floor, self.factory.profile
+        decode, base = self.run_stats.decode_tok_s(), self.baseline()
         return E.RunReport(
             text=self.tok.decode(self.new_tokens, skip_special_tokens=True),
             tokens=list(self.new_tokens), new_tokens=st.new_tokens,
@@ -281,7 +298,18 @@ class Decoder:
             activation_dtype=getattr(rt, "activation_dtype", rt.dtype_name), weights=rt.weights_mode,
             weight_format=rt.weights_label, weight_bytes=rt.weight_bytes,
             model=str(rt.loaded.source), config=self.settings.to_dict(),
-            draft=self.factory.draft_report(self.settings))
+            draft=self.factory.draft_report(self.settings),
+            first_token_s=None if self.run_stats.first_s is None else round(self.run_stats.first_s, 4),
+            first_tokens=self.run_stats.first_tokens,
+            decode_tok_s=None if decode is None else round(decode, 3),
+            baseline=base.to_dict() if base is not None else None)
+
+    def baseline(self) -> Baseline | None:
+        """Plain decoding's decode speed for this run (engine.cost.baseline.plain_baseline): its
+        own plain steps (windows that drafted nothing: the AR floor's timings, retired steps), else
+        the cost profile's one-row pass when the run has one."""
+        profile = self.factory.profile
+        return plain_baseline(self.run_stats.plain_ms, profile.ar_ms if profile is not None else None)
 
     def run_header(self, prompt: Any = None) -> E.RunHeader:
         """The header a recording of this run starts with."""

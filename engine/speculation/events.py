@@ -219,19 +219,29 @@ class RunReport:
     model: str
     config: dict[str, Any]
     draft: DraftReport | None = None
+    # prefill start .. the first new token, on wall_s's clock; the tokens that came with it
+    first_token_s: float | None = None
+    first_tokens: int = 0
+    # decode speed, prefill excluded (engine.cost.baseline.decode_tok_s); None: nothing after
+    # the first token to time. tok_s above keeps the prefill in.
+    decode_tok_s: float | None = None
+    # plain decoding's decode speed and where it comes from (engine.cost.baseline.Baseline.to_dict:
+    # {"tok_s", "source": "measured" | "probe"}); None: the run has no plain-decoding figure
+    baseline: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "draft"}
         d["tokens"], d["accept_rate_by_depth"] = list(self.tokens), list(self.accept_rate_by_depth)
         d["config"] = dict(self.config)
+        d["baseline"] = dict(self.baseline) if self.baseline is not None else None
         if self.draft is not None:
             d.update(self.draft.to_dict())
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunReport":
-        """Unknown keys (a sweep's decode_tok_s) are ignored; the draft keys make the
-        DraftReport."""
+        """Unknown keys are ignored (reports before first_token_s, decode_tok_s and baseline
+        read them as None); the draft keys make the DraftReport."""
         kw = _known(cls, d)
         kw.pop("draft", None)
         kw.setdefault("activation_dtype", kw.get("dtype", ""))      # reports before it existed

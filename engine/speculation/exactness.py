@@ -171,7 +171,7 @@ def reference_side(sides: Sequence[DecodeSettings]) -> tuple[int | None, str]:
         return None, "no exactness check: sampling (temperature > 0); it is defined for greedy only"
     plain = [i for i, s in enumerate(sides) if s.draft == "none"]
     if not plain:
-        return None, "no exactness check: neither side is plain decoding (enter ar on one side)"
+        return None, "no exactness check: neither side is plain decoding (enter plain on one side)"
     if len({(s.sampling, s.max_new_tokens) for s in sides}) > 1:
         return None, "no exactness check: the sides decode with different sampling or lengths"
     return plain[0], ""

@@ -149,8 +149,9 @@ def with_cell(base: DecodeSettings, cell_settings: dict[str, Any]) -> DecodeSett
 
 
 def race_settings(spec: str, base: DecodeSettings) -> DecodeSettings:
-    """A race entrant: `ar` (plain decoding) or a cell id, on `base`'s sampling and length."""
-    if spec.strip() in ("ar", "none"):
+    """A race entrant: `plain` (plain decoding; `ar` and `none` name it too) or a cell id, on
+    `base`'s sampling and length."""
+    if spec.strip() in ("plain", "ar", "none"):
         return replace(base, draft="none", adaptive=False, ar_floor=False)
     cell = parse_cell(spec)
     s = cell.settings(SweepConfig(ngram_min=base.ngram_min, ngram_max=base.ngram_max, match=base.match))

@@ -131,18 +131,14 @@ class Sweep:
         dec = Decoder(self.rt, self.ids[pid], settings, stop=self.stop, detail=False,
                       profile=self.profile if settings.adaptive else None,
                       open_model=draft_opener(self.rt), progress=self.progress)
-        first: tuple[float, int] | None = None      # (seconds, tokens) at the first window's end
-        for ev in dec.windows():
-            if first is None:
-                first = (ev.stats.elapsed_s, ev.stats.new_tokens)
-        r = dec.report()
+        r = dec.run()
         if r["finish_reason"] == "stopped":
             raise SweepCancelled()
-        # decoding alone: the tokens after the first window over the time after it (the prefill,
-        # the same for every cell, is left out, so short runs on long prompts still tell cells apart)
-        after_s = r["wall_s"] - first[0] if first else 0.0
-        r["decode_tok_s"] = (round((r["new_tokens"] - first[1]) / after_s, 3)
-                             if first and after_s > 0 and r["new_tokens"] > first[1] else r["tok_s"])
+        # decoding alone, the report's decode_tok_s: the tokens after the first window over the
+        # time after it (the prefill, the same for every cell, is left out, so short runs on long
+        # prompts still tell cells apart); a run with nothing after its first window: its tok_s
+        if r["decode_tok_s"] is None:
+            r["decode_tok_s"] = r["tok_s"]
         self._runs_s.append(time.perf_counter() - t0)
         self.result["sweep_s"] = round(self.result.get("sweep_s", 0.0) + self._runs_s[-1], 3)
         return r

@@ -200,9 +200,14 @@ def test_tok_s_after_pause_step_and_resume_agrees_everywhere(qtbot, make_window,
     report = win.last_report
     assert report["paused_s"] > 1.0
     assert report["tok_s"] == pytest.approx(last.tok_s, rel=0.02), (report, last)
-    assert f"{report['tok_s']:.1f} tok/s" in win.status.text.full_text()
+    assert f"{report['tok_s']:.1f} tok/s incl. prefill" in win.status.text.full_text()
     assert win.stats.state["tok_s"] == pytest.approx(report["tok_s"], rel=0.02)
+    # decode tok/s, the pauses taken out too: the tokens after the first window over the time after it
+    assert report["decode_tok_s"] == pytest.approx(
+        (report["new_tokens"] - report["first_tokens"]) / (report["wall_s"] - report["first_token_s"]),
+        rel=0.01)
+    assert f"decode {report['decode_tok_s']:.1f} tok/s" in win.status.text.full_text()
     win.save_recording(tmp_path / "s.jsonl")
     lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     saved = next(x["specscope_report"] for x in lines if isinstance(x, dict) and "specscope_report" in x)
-    assert saved["tok_s"] == report["tok_s"]
+    assert saved["tok_s"] == report["tok_s"] and saved["decode_tok_s"] == report["decode_tok_s"]

@@ -104,9 +104,13 @@ def test_the_typed_report_keeps_the_json_keys_and_round_trips(cpu_runtime) -> No
         "proposed_draft_tokens", "accepted_draft_tokens", "tokens_per_pass", "accept_rate_by_depth",
         "tok_s", "wall_s", "load_s", "finish_reason", "retired", "ar_windows", "ar_floor", "profile",
         "device", "dtype", "activation_dtype", "weights", "weight_format", "weight_bytes", "model",
-        "config"]
-    back = RunReport.from_dict(json.loads(json.dumps({**report, "decode_tok_s": 1.0})))
+        "config", "first_token_s", "first_tokens", "decode_tok_s", "baseline"]
+    back = RunReport.from_dict(json.loads(json.dumps({**report, "decode_tok_s_end": 1.0})))
     assert back.to_dict() == report and back == dec.run_report()
+    # a report saved before the decode speed and the baseline existed reads them as absent
+    old = RunReport.from_dict({k: v for k, v in report.items()
+                               if k not in ("first_token_s", "first_tokens", "decode_tok_s", "baseline")})
+    assert old.decode_tok_s is None and old.baseline is None and old.first_token_s is None
     drafted = {**report, "draft_ms": 3.5, "draft_ms_per_token": None}
     assert RunReport.from_dict(drafted).to_dict() == drafted
     head = dec.run_header(prompt="one two three one two")
