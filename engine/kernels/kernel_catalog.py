@@ -146,8 +146,8 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     """full: type x shape class x dtype x NMB. quick: per (type a, dtype b) one launch, class
     (a + b) mod classes and NMB (a + 2b) mod 4 + 1 (a Latin square: every dtype meets every
     NMB, every type meets every dtype and up to three classes). kernels: one row slice (the
-    decode path) in float32 (Q4_K), and 4 row slices (the most shared memory) in bfloat16
-    (Q6_K)."""
+    decode path) in float32 (Q4_K) and in bfloat16 (Q4_KN's tile), and 4 row slices (the most
+    shared memory) in bfloat16 (Q6_K)."""
     from engine.kernels import triton_kernels as tk
     for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
         classes = packed_shape_classes(qtype, t.units)
@@ -159,7 +159,8 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                                              or nmb != (a + 2 * b) % 4 + 1):
                         continue
                     if scope == "kernels" and (qtype, _dt(dtype), c, nmb) not in (
-                            ("Q4_K", "float32", len(classes) - 1, 1), ("Q6_K", "bfloat16", 0, 4)):
+                            ("Q4_K", "float32", len(classes) - 1, 1), ("Q6_K", "bfloat16", 0, 4),
+                            ("Q4_KN", "bfloat16", len(classes) - 1, 1)):
                         continue
                     label = f"{qtype} {_dt(dtype)} NMB{nmb} {n}x{k} {cls}"
                     yield label, (lambda m=m, k=k, n=n, q=qtype, d=dtype, c=cfg:
@@ -210,13 +211,16 @@ def random_blocks(qtype: str, n: int, k: int, rng):
 
 def random_packed(qtype: str, n: int, k: int, seed: int = 0):
     """(packed weight, float32 dequantization [n, k]) of `random_blocks` (Q6_K8: Q6_K blocks
-    widened as the GPU loader does)."""
+    widened as the GPU loader does; Q4_KN: Q4_K blocks in GGUF's order, ``native_q4_k``)."""
     import numpy as np
 
-    from engine.weights import dequantize_packed, pack, widen_q6_k
+    from engine.weights import dequantize_packed, native_q4_k, pack, widen_q6_k
     if qtype == "Q6_K8":
         w8 = widen_q6_k(random_packed("Q6_K", n, k, seed)[0])
         return w8, dequantize_packed(w8)
+    if qtype == "Q4_KN":
+        wn = native_q4_k(random_packed("Q4_K", n, k, seed)[0])
+        return wn, dequantize_packed(wn)
     w = pack(torch.from_numpy(random_blocks(qtype, n, k, np.random.default_rng(seed))), qtype)
     return w, dequantize_packed(w)
 
@@ -448,7 +452,7 @@ def _unpack_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     """Every type dequantize_dense takes, to bfloat16 (and float16, float32 in full)."""
     from engine.kernels.triton_unpack import DENSE_TYPES, dequantize_dense
     for qtype in DENSE_TYPES:
-        if scope == "kernels" and qtype not in ("Q4_K", "Q6_K", "Q4_1"):     # one per kernel
+        if scope == "kernels" and qtype not in ("Q4_K", "Q6_K", "Q4_1", "Q4_KN"):   # one per kernel
             continue
         for dtype in (DTYPES if scope == "full" else (torch.bfloat16,)):
             yield (f"unpack {qtype} to {_dt(dtype)}",

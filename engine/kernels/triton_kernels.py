@@ -58,6 +58,13 @@ int8 path (opt-in, ``I8=1``; Q4_K with bf16/fp16 activations): integer tensor-co
 activations quantized per row, measured slower than the dequantizing kernel on the H200, so
 off by default. See ``triton_int8.py``.
 
+Q4_KN (opt-in at load, SPECSCOPE_Q4K_NATIVE=1: engine.model.transformer): a Q4_K weight kept
+in GGUF's own 144-byte block order (engine.weights.packed.native_q4_k), so every load of a
+tile is at least 4 bytes wide and aligned and the pipeliner copies all of them ahead (cp.async
+on NVIDIA; Q4_K's 2-byte d / dmin loads are synchronous). Its tile unpacks the 6-bit scales in
+registers and then runs Q4_K's arithmetic with Q4_K's configuration: the results are
+bit-identical to Q4_K's at every row count. bench/q4k_native_ab.py times the two.
+
 Modules: this one picks the configuration and launches; ``triton_tiles.py`` holds the
 dequantizing kernel and its per-type tiles, ``triton_dequant.py`` the register dequantization
 helpers they share, ``triton_int8.py`` the int8 path.
@@ -85,9 +92,9 @@ __all__ = ["packed_matmul", "packed_partials", "packed_swiglu", "swiglu_block", 
 BK = 256               # K values per tile (one K-quant superblock, eight 32-blocks)
 
 # qtype codes (constexpr in the kernel)
-_Q8_0, _Q4_0, _Q4_1, _Q4_K, _Q5_K, _Q6_K, _Q6_K8 = 0, 1, 2, 3, 4, 5, 6
+_Q8_0, _Q4_0, _Q4_1, _Q4_K, _Q5_K, _Q6_K, _Q6_K8, _Q4_KN = 0, 1, 2, 3, 4, 5, 6, 7
 _CODES = {"Q8_0": _Q8_0, "Q4_0": _Q4_0, "Q4_1": _Q4_1, "Q4_K": _Q4_K, "Q5_K": _Q5_K, "Q6_K": _Q6_K,
-          "Q6_K8": _Q6_K8}
+          "Q6_K8": _Q6_K8, "Q4_KN": _Q4_KN}
 SUPPORTED_QTYPES = tuple(_CODES)
 
 # the planes each type's kernel reads, in argument order
@@ -99,9 +106,10 @@ _PLANES = {
     "Q5_K": ("qs", "qh", "d", "dmin", "sc", "mn"),
     "Q6_K": ("ql", "qh", "sc", "d"),
     "Q6_K8": ("q8", "sc", "d"),
+    "Q4_KN": ("blk",),
 }
 _SUPERBLOCK = {"Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256,
-               "Q6_K8": 256}
+               "Q6_K8": 256, "Q4_KN": 256}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,8 +124,12 @@ def _sm_count(device_index: int) -> int:
         return 16
 
 
-_KQUANTS = ("Q4_K", "Q5_K", "Q6_K")
+_KQUANTS = ("Q4_K", "Q5_K", "Q6_K", "Q4_KN")
 _I8_TYPES = ("Q4_K",)
+# Q4_KN (Q4_K in GGUF's block order, engine.weights.packed.native_q4_k) takes Q4_K's whole
+# configuration: the same BN, JS, SB and split give the same dots in the same order, so its
+# results are bit-identical to Q4_K's (only its loads differ)
+_CONFIG_AS = {"Q4_KN": "Q4_K"}
 
 
 def _wave_eff(programs: int, sms: int) -> float:
@@ -126,6 +138,7 @@ def _wave_eff(programs: int, sms: int) -> float:
 
 @functools.lru_cache(maxsize=None)
 def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
+    qtype = _CONFIG_AS.get(qtype, qtype)
     sb = 2 if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
     cfg = _base_config(qtype, n, k, sms)
     cfg.update(dict(override))

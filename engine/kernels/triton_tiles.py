@@ -151,17 +151,27 @@ def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8
 
 
 @triton.jit
-def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn, d, dm, rn, kb, M, K, sxm, K8, K32,
-             Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr):
-    """Q4_K / Q5_K, one superblock from kb (d, dm: its f16 scales as float32 [BN, 1]).
-    qs [N, K/2], 4 chunks of 32 bytes: chunk c byte j = value 64c+j (low nibble, sub-block
-    2c) and 64c+32+j (high nibble, 2c+1). Q5_K qh [N, K/8], 32 bytes: bit s of byte j is the
-    5th bit of value 32s+j. sc, mn u8 [N, K/32]. Words [BN, jh, c]: chunk c, bytes 4jh.."""
+def _k_subscales(psc, pmn, rn, kb, K32):
+    """Q4_K / Q5_K planes: the 6-bit scales and mins of one superblock from kb as (sc_lo,
+    sc_hi, mn_lo, mn_hi) [BN, 4]: _lo of sub-blocks 0, 2, 4, 6, _hi of 1, 3, 5, 7."""
     BN: tl.constexpr = rn.shape[0]
-    c4 = tl.arange(0, 4)
     s8 = rn[:, None] * K32 + kb // 32 + tl.arange(0, 8)[None, :]
     sc_lo, sc_hi = tl.split(tl.reshape(tl.load(psc + s8), [BN, 4, 2]))
     mn_lo, mn_hi = tl.split(tl.reshape(tl.load(pmn + s8), [BN, 4, 2]))
+    return sc_lo, sc_hi, mn_lo, mn_hi
+
+
+@triton.jit
+def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, qrow, qoff, ph, d, dm, sc_lo, sc_hi, mn_lo, mn_hi,
+             rn, kb, M, K, sxm, K32,
+             Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr):
+    """Q4_K / Q5_K, one superblock from kb (d, dm: its f16 scales as float32 [BN, 1]; sc_*,
+    mn_*: its sub-block scales and mins [BN, 4], ``_k_subscales``). The 128 qs bytes are int32
+    words qoff.. of each row (row stride qrow words), 4 chunks of 32 bytes: chunk c byte j =
+    value 64c+j (low nibble, sub-block 2c) and 64c+32+j (high nibble, 2c+1). Q5_K qh [N, K/8],
+    32 bytes: bit s of byte j is the 5th bit of value 32s+j. Words [BN, jh, c]: chunk c, bytes
+    4jh.. Q4_KN reads the same words and scales from other addresses: the same arithmetic."""
+    c4 = tl.arange(0, 4)
     # value = (d * sc) * q - (dmin * mn); low nibbles at p = 16, high at p = 12 (see _fval)
     a_lo, b_lo = _affine(d * sc_lo.to(tl.float32), -(dm * mn_lo.to(tl.float32)), 16, IEEE)
     a_hi, b_hi = _affine(d * sc_hi.to(tl.float32), -(dm * mn_hi.to(tl.float32)), 12, IEEE)
@@ -178,8 +188,8 @@ def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn, d, dm, rn, kb, M, 
     # registers). The K order inside a dot changes, the per-row arithmetic sequence is fixed.
     for part in tl.static_range(0, 8 // JS):
         jh = part * JS + tl.arange(0, JS)
-        wq = tl.load(pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K8
-                     + (kb // 8 + 8 * c4[None, :] + jh[:, None])[None])             # [BN, JS, 4]
+        wq = tl.load(pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * qrow
+                     + (qoff + 8 * c4[None, :] + jh[:, None])[None])                 # [BN, JS, 4]
         if Q5:
             # qh word jh holds the 5th bits of values 4jh..4jh+3 of every sub-block
             wh = tl.load(ph.to(tl.pointer_type(tl.int32)) + rn[:, None, None] * K32
@@ -249,11 +259,61 @@ def _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, pd, pdm, psc, pmn, rn, kb,
     """Q4_K / Q5_K, SB superblocks from kb (``_sb_q45k`` each, ``ph`` unused for Q4_K)."""
     d0, d1 = _kscales(pd, rn, kb, K256, SB)
     m0, m1 = _kscales(pdm, rn, kb, K256, SB)
-    acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn,
-                                      d0, m0, rn, kb, M, K, sxm, K8, K32, Q5, NMB, IEEE, JS)
+    sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb, K32)
+    acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, K8, kb // 8, ph, d0, m0,
+                                      sc_lo, sc_hi, mn_lo, mn_hi, rn, kb, M, K, sxm, K32,
+                                      Q5, NMB, IEEE, JS)
     if SB == 2:
-        acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, psc, pmn,
-                                          d1, m1, rn, kb + 256, M, K, sxm, K8, K32, Q5, NMB, IEEE, JS)
+        sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb + 256, K32)
+        acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, K8, (kb + 256) // 8, ph,
+                                          d1, m1, sc_lo, sc_hi, mn_lo, mn_hi, rn, kb + 256, M, K, sxm,
+                                          K32, Q5, NMB, IEEE, JS)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
+             NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr):
+    """Q4_KN, one superblock from kb: blk [N, K/256*144], GGUF's block_q4_K (d, dmin, 12
+    bytes of 6-bit scales, 128 qs bytes) at byte 144 * (kb/256) of each row. Every load is at
+    least 4 bytes wide and aligned, so the pipeliner copies all of them ahead (cp.async; Q4_K's
+    2-byte d / dmin loads are not pipelined): d | dmin as one word, the scales as [BN, 8]
+    gathers of 4 bytes, the qs as Q4_K's words (16-byte vectors). They become exactly the d,
+    dmin, sc, mn that Q4_K's planes hold, then ``_sb_q45k`` does Q4_K's arithmetic on them:
+    bit-identical results."""
+    BN: tl.constexpr = rn.shape[0]
+    qrow = K256 * 36                                     # words per row (144 bytes a block)
+    qoff = (kb // 256) * 36                              # this block's first word
+    # word 0: d (low half), dmin (high half), f16 bits
+    w0 = tl.load(pb.to(tl.pointer_type(tl.int32)) + rn[:, None] * qrow + qoff)        # [BN, 1]
+    d = w0.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    dm = (w0 >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    # bytes 4-15: the packed scales q[0..11] (engine.weights.dequant.unpack_k_scales), read
+    # per sub-block j as [BN, 8] byte gathers. (Built from [BN, 1] words by broadcasts, the
+    # scales keep Triton 3.6 from giving the dequantized tile the dot's register layout: it
+    # then goes through shared memory, as the AOT compile for sm_90 shows.)
+    j8 = tl.arange(0, 8)[None, :]
+    bp = pb + rn[:, None] * (K256 * 144) + (kb // 256) * 144 + 4 + j8 % 4             # [BN, 8]
+    qa = tl.load(bp)             # q[j % 4]
+    qb = tl.load(bp + 4)         # q[4 + j % 4]
+    qc = tl.load(bp + 8)         # q[8 + j % 4]
+    sc = tl.where(j8 < 4, qa & 63, (qc & 15) | ((qa >> 6) << 4))
+    mn = tl.where(j8 < 4, qb & 63, (qc >> 4) | ((qb >> 6) << 4))
+    sc_lo, sc_hi = tl.split(tl.reshape(sc, [BN, 4, 2]))                               # as Q4_K's
+    mn_lo, mn_hi = tl.split(tl.reshape(mn, [BN, 4, 2]))
+    return _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pb, qrow, qoff + 4, pb, d, dm,
+                    sc_lo, sc_hi, mn_lo, mn_hi, rn, kb, M, K, sxm, K32, False, NMB, IEEE, JS)
+
+
+@triton.jit
+def _tile_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
+               NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr):
+    """Q4_KN, SB superblocks from kb (``_sb_q4kn`` each)."""
+    acc0, acc1, acc2, acc3 = _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm,
+                                      K32, K256, NMB, IEEE, JS)
+    if SB == 2:
+        acc0, acc1, acc2, acc3 = _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb + 256, M, K,
+                                          sxm, K32, K256, NMB, IEEE, JS)
     return acc0, acc1, acc2, acc3
 
 
@@ -356,6 +416,10 @@ def _packed_mm_kernel(
             # Q5_K planes: qs, qh, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, p4, p5, rn, kb,
                                                 M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB)
+        elif QT == 7:
+            # Q4_KN plane: blk (GGUF's block_q4_K, 144 bytes a superblock)
+            acc0, acc1, acc2, acc3 = _tile_q4kn(acc0, acc1, acc2, acc3, x_ptr, p0, rn, kb,
+                                                M, K, sxm, K32, K256, NMB, IEEE, JS, SB)
         elif QT == 6:
             # Q6_K8 planes: q8, sc, d
             acc0, acc1, acc2, acc3 = _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,

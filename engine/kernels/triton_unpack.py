@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-DENSE_TYPES = ("Q4_K", "Q6_K", "Q6_K8", "Q8_0", "Q4_0", "Q4_1")
+DENSE_TYPES = ("Q4_K", "Q6_K", "Q6_K8", "Q8_0", "Q4_0", "Q4_1", "Q4_KN")
 
 
 @triton.jit
@@ -41,6 +41,32 @@ def _q4k_kernel(qs_ptr, d_ptr, dm_ptr, sc_ptr, mn_ptr, o_ptr, N, K, BR: tl.const
     mn = tl.load(mn_ptr + rn[:, None] * (K // 32) + sub[None, :], mask=m, other=0).to(tl.float32)
     d = tl.load(d_ptr + rn * (K // 256) + sb, mask=rn < N, other=0.0).to(tl.float32)[:, None]
     dm = tl.load(dm_ptr + rn * (K // 256) + sb, mask=rn < N, other=0.0).to(tl.float32)[:, None]
+    v = tl.fma(d * sc, q, -(dm * mn))
+    tl.store(o_ptr + rn[:, None] * K + sb * 256 + t[None, :], v.to(o_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _q4kn_kernel(b_ptr, o_ptr, N, K, BR: tl.constexpr):
+    """Q4_KN (GGUF's block_q4_K, 144 bytes: d, dmin, 12 bytes of 6-bit scales, 128 qs bytes):
+    ``_q4k_kernel`` with the scales unpacked as engine.weights.dequant.unpack_k_scales does."""
+    rn = tl.program_id(0) * BR + tl.arange(0, BR)
+    sb = tl.program_id(1)
+    t = tl.arange(0, 256)
+    m = (rn < N)[:, None]
+    base = rn[:, None] * (K // 256 * 144) + sb * 144                               # [BR, 1]
+    byte = (t // 64) * 32 + t % 32
+    q = tl.load(b_ptr + base + 16 + byte[None, :], mask=m, other=0)
+    q = ((q >> (4 * ((t // 32) % 2))[None, :]) & 15).to(tl.float32)
+    j = t // 32
+    lo = (j < 4)[None, :]
+    a = tl.load(b_ptr + base + 4 + (j % 4)[None, :], mask=m, other=0)     # q[j] / q[j-4]
+    b = tl.load(b_ptr + base + 8 + (j % 4)[None, :], mask=m, other=0)     # q[j+4] / q[j]
+    c = tl.load(b_ptr + base + 12 + (j % 4)[None, :], mask=m, other=0)    # q[j+4] (j >= 4)
+    sc = tl.where(lo, a & 63, (c & 15) | ((a >> 6) << 4)).to(tl.float32)
+    mn = tl.where(lo, b & 63, (c >> 4) | ((b >> 6) << 4)).to(tl.float32)
+    hp = b_ptr.to(tl.pointer_type(tl.float16)) + rn * (K // 256 * 72) + sb * 72
+    d = tl.load(hp, mask=rn < N, other=0.0).to(tl.float32)[:, None]
+    dm = tl.load(hp + 1, mask=rn < N, other=0.0).to(tl.float32)[:, None]
     v = tl.fma(d * sc, q, -(dm * mn))
     tl.store(o_ptr + rn[:, None] * K + sb * 256 + t[None, :], v.to(o_ptr.dtype.element_ty), mask=m)
 
@@ -107,6 +133,8 @@ def dequantize_dense(w, out: torch.Tensor) -> torch.Tensor:
     if w.qtype == "Q4_K":
         _q4k_kernel[(triton.cdiv(n, BR), k // 256)](p["qs"], p["d"], p["dmin"], p["sc"], p["mn"],
                                                     out, n, k, BR=BR, num_warps=4)
+    elif w.qtype == "Q4_KN":
+        _q4kn_kernel[(triton.cdiv(n, BR), k // 256)](p["blk"], out, n, k, BR=BR, num_warps=4)
     elif w.qtype == "Q6_K":
         _q6k_kernel[(triton.cdiv(n, BR), k // 256)](p["ql"], p["qh"], p["sc"].view(torch.int8),
                                                     p["d"], out, n, k, BR=BR, W8=False, num_warps=4)

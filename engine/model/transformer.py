@@ -19,7 +19,7 @@ from engine.model.cache import KVCache
 from engine.model.linear import Linear, check_cpu_kernels, cpu_fast_available
 from engine.model.source import TensorSource
 from engine.weights import (CPU_FAST_TYPES, CpuInt8Blocks, PackedWeight, dequantize_packed,
-                            prepare_cpu_q8, qtype_of, widen_q6_k)
+                            native_q4_k, prepare_cpu_q8, qtype_of, widen_q6_k)
 from engine.model.config import ModelConfig
 from engine.model.fused_layer import fused_forward_for
 from engine.model.layer import Layer
@@ -54,6 +54,14 @@ def widen_q6k_default(device: torch.device) -> bool:
     return device.type == "cuda" and torch.version.hip is None
 
 
+def native_q4k_default(device: torch.device) -> bool:
+    """Whether Q4_K weights are kept in GGUF's own block order on the GPU (Q4_KN,
+    engine.weights.packed.native_q4_k: the same values and, by construction, the same matmul
+    bits; every load of the kernel's tile is a wide aligned one). Off unless
+    SPECSCOPE_Q4K_NATIVE=1 (on a GPU only), until a card measures it (bench/q4k_native_ab.py)."""
+    return os.environ.get("SPECSCOPE_Q4K_NATIVE", "") == "1" and device.type == "cuda"
+
+
 class _Placer:
     """Builds a model's weights on its device one at a time, in the order they were always
     read, calling `progress` about every hundredth weight."""
@@ -65,6 +73,7 @@ class _Placer:
         self.done = 0
         self.every = max(1, n_weights // 100)
         self.widen = widen_q6k_default(device)
+        self.native_q4k = native_q4k_default(device)
 
     def _step(self) -> None:
         self.done += 1
@@ -82,6 +91,8 @@ class _Placer:
             self._step()
             pw = src.packed(self.device)
             # Q6_K quants widened to int8 where that is faster (widen_q6k_default)
+            if self.native_q4k and pw.qtype == "Q4_K":
+                return native_q4_k(pw)            # GGUF's block order (native_q4k_default)
             return widen_q6_k(pw) if self.widen and pw.qtype == "Q6_K" else pw
         return self.dense(name)
 

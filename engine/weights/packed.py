@@ -68,6 +68,13 @@ Q6_K8 (Q6_K widened at load: ``widen_q6_k``; not a GGUF type, the GPU kernels' f
     8.56 bits a weight against Q6_K's 6.56: one byte a quant needs no 6-bit merge, so the
     packed kernel dequantizes it like Q8_0 (BENCHMARKS.md, "Q6_K widened to int8").
 
+Q4_KN (Q4_K in GGUF's own block order, repacked at load: ``native_q4_k``; not a GGUF type)
+    blk  uint8   [N, K/256*144]  per super-block b the 144 bytes of GGUF's block_q4_K at
+                             columns 144b..144b+143: d (f16), dmin (f16), the 12 bytes of packed
+                             6-bit scales/mins (``dequant.unpack_k_scales``), the 128 qs bytes.
+    The values are Q4_K's; every block starts 16-byte aligned, so a kernel reads a super-block
+    with loads of 4 bytes or more (Q4_K's 2-byte d / dmin planes cannot be).
+
 ``dequantize_packed`` implements exactly these formulas (sharing its arithmetic with
 ``dequant.dequantize``) and is bit-identical to ``gguf.quants.dequantize`` of the file bytes.
 """
@@ -82,7 +89,7 @@ from . import dequant as _dq
 from .dequant import GGMLQuantizationType as _T
 
 __all__ = ["PACKED_TYPES", "PLANE_SPECS", "PackedWeight", "pack", "dequantize_packed", "plane_shapes",
-           "widen_q6_k"]
+           "widen_q6_k", "native_q4_k"]
 
 PACKED_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
@@ -98,8 +105,9 @@ PLANE_SPECS: dict[str, dict[str, tuple[torch.dtype, int]]] = {
     "Q6_K": {"ql": (torch.uint8, 128), "qh": (torch.uint8, 64), "sc": (torch.int8, 16),
              "d": (torch.float16, 1)},
     "Q6_K8": {"q8": (torch.int8, 256), "sc": (torch.int8, 16), "d": (torch.float16, 1)},
+    "Q4_KN": {"blk": (torch.uint8, 144)},
 }
-_WIDENED = {"Q6_K8": "Q6_K"}     # load-time forms -> the GGUF type they hold
+_WIDENED = {"Q6_K8": "Q6_K", "Q4_KN": "Q4_K"}     # load-time forms -> the GGUF type they hold
 
 
 def _block_size(qtype) -> int:
@@ -256,6 +264,36 @@ def widen_q6_k(w: PackedWeight) -> PackedWeight:
     return PackedWeight("Q6_K8", (n, k), {"q8": q8, "sc": w.planes["sc"], "d": w.planes["d"]})
 
 
+def native_q4_k(w: PackedWeight) -> PackedWeight:
+    """A Q4_K weight as Q4_KN (module doc): each row's super-blocks as GGUF's 144-byte
+    block_q4_K again (the scales re-packed to 6 bits), on w's device. The same values."""
+    if w.qtype != "Q4_K":
+        raise ValueError(f"native_q4_k: {w.qtype} is not Q4_K")
+    n, k = w.shape
+    nb = k // 256
+    blk = torch.empty((n, nb * 144), dtype=torch.uint8, device=w.device)
+    b = blk.view(n, nb, 144)
+    p = w.planes
+    b[..., 0:2] = p["d"].view(torch.uint8).view(n, nb, 2)
+    b[..., 2:4] = p["dmin"].view(torch.uint8).view(n, nb, 2)
+    sc = p["sc"].view(n, nb, 8)
+    mn = p["mn"].view(n, nb, 8)
+    # the inverse of dequant.unpack_k_scales
+    b[..., 4:8] = (sc[..., :4] & 0x3F) | ((sc[..., 4:] >> 4) << 6)
+    b[..., 8:12] = (mn[..., :4] & 0x3F) | ((mn[..., 4:] >> 4) << 6)
+    b[..., 12:16] = (sc[..., 4:] & 0x0F) | ((mn[..., 4:] & 0x0F) << 4)
+    b[..., 16:144] = p["qs"].view(n, nb, 128)
+    return PackedWeight("Q4_KN", (n, k), {"blk": blk})
+
+
+def _q4k_of_native(w: PackedWeight, rows: slice) -> PackedWeight:
+    """Rows ``rows`` of a Q4_KN weight as Q4_K planes (the split ``pack`` does)."""
+    blk = w.planes["blk"][rows]
+    n, nb = blk.shape[0], w.shape[1] // 256
+    planes = {p: t.contiguous() for p, t in _split_q4_k(blk.reshape(n, nb, 144)).items()}
+    return PackedWeight("Q4_K", (n, w.shape[1]), planes)
+
+
 # planes [n, nb, len] -> (quant fields, factors) for the shared fill kernels in dequant
 def _fields(w: PackedWeight, rows: slice):
     p = {name: t[rows] for name, t in w.planes.items()}
@@ -307,6 +345,8 @@ def dequantize_packed(w: PackedWeight, rows: slice | None = None,
         raise ValueError(f"dequantize_packed: out must be contiguous float32 {(n, k)}")
     if n == 0:
         return out
+    if w.qtype == "Q4_KN":
+        return dequantize_packed(_q4k_of_native(w, rows), out=out)
     if w.qtype == "Q6_K8":
         r = slice(start, stop)
         ds = w.planes["d"][r].to(torch.float32).repeat_interleave(16, dim=1) * \

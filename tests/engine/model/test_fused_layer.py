@@ -141,3 +141,17 @@ def test_dense_unpack_equals_gguf_dequantization(qtype):
     pw = make_weight(qtype, 24, 512, seed=3, device="cpu")
     out = dequantize_dense(pw, torch.empty(24, 512))
     assert torch.equal(out, dequantize_packed(pw))
+
+
+@child_only
+def test_dense_unpack_of_q4_kn_equals_q4_k():
+    """Q4_KN (Q4_K in GGUF's block order, the opt-in GPU form) unpacks to Q4_K's exact values."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from bench_packed_matmul import make_weight
+    from engine.weights.packed import dequantize_packed, native_q4_k
+    from engine.kernels.triton_unpack import dequantize_dense
+    pw = make_weight("Q4_K", 24, 768, seed=4, device="cpu")
+    out = dequantize_dense(native_q4_k(pw), torch.empty(24, 768))
+    assert torch.equal(out, dequantize_packed(pw))
+    out = dequantize_dense(native_q4_k(pw), torch.empty(24, 768, dtype=torch.float16))
+    assert torch.equal(out, dequantize_dense(pw, torch.empty(24, 768, dtype=torch.float16)))

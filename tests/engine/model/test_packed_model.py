@@ -162,3 +162,14 @@ def test_q6_k_is_widened_only_on_cuda(monkeypatch):
     monkeypatch.setenv("SPECSCOPE_Q6K_INT8", "0")
     monkeypatch.setattr(torch.version, "hip", None)
     assert not widen_q6k_default(gpu)
+
+
+def test_q4_k_native_order_is_opt_in(monkeypatch):
+    """Q4_K weights stay in their planes unless SPECSCOPE_Q4K_NATIVE=1, and then only on a GPU
+    (Q4_KN: GGUF's block order, engine.weights.packed.native_q4_k)."""
+    from engine.model.transformer import native_q4k_default
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv("SPECSCOPE_Q4K_NATIVE", raising=False)
+    assert not native_q4k_default(gpu) and not native_q4k_default(cpu)
+    monkeypatch.setenv("SPECSCOPE_Q4K_NATIVE", "1")
+    assert native_q4k_default(gpu) and not native_q4k_default(cpu)

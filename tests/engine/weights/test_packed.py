@@ -352,3 +352,19 @@ def test_bundled_model_tensors():
         assert bits_equal(dequantize_packed(w), ref), name
         x = torch.randn(3, ref.shape[1], generator=torch.Generator().manual_seed(9))
         assert rel_err(packed_linear(x, w), x @ ref.T) < 1e-5
+
+
+def test_native_q4_k_is_gguf_block_order():
+    """Q4_K repacked to Q4_KN (GGUF's own 144-byte blocks, the opt-in GPU form): the blocks are
+    the file's bytes again, the values the same float32 bits, over row slices too."""
+    from engine.weights.packed import native_q4_k
+    raw = random_raw("Q4_K", 13, 1024, seed=11)
+    ref = gguf_ref(raw, "Q4_K")
+    w = pack(torch.from_numpy(raw), "Q4_K")
+    wn = native_q4_k(w)
+    assert wn.qtype == "Q4_KN" and wn.shape == w.shape and wn.block_size == 256
+    assert torch.equal(wn.planes["blk"], torch.from_numpy(raw)) and wn.nbytes == raw.nbytes
+    assert bits_equal(dequantize_packed(wn), ref)
+    assert bits_equal(dequantize_packed(wn, slice(3, 9)), ref[3:9])
+    with pytest.raises(ValueError, match="not Q4_K"):
+        native_q4_k(wn)

@@ -34,7 +34,8 @@ from gguf import GGMLQuantizationType as _T  # noqa: E402
 from gguf import quants as _gq  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 
-TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q6_K8")   # Q6_K8: Q6_K widened
+TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q6_K8", "Q4_KN")  # Q6_K8: Q6_K widened,
+# Q4_KN: Q4_K in GGUF's block order
 
 
 @pytest.mark.skipif(_CHILD, reason="this is the child")
@@ -107,6 +108,10 @@ def _weight(qtype: str, n: int, k: int, seed: int = 0):
         from engine.weights.packed import widen_q6_k
         w, ref = _weight("Q6_K", n, k, seed)
         return widen_q6_k(w), ref
+    if qtype == "Q4_KN":
+        from engine.weights.packed import native_q4_k
+        w, ref = _weight("Q4_K", n, k, seed)
+        return native_q4_k(w), ref
     rng = np.random.default_rng(seed)
     raw = _raw_blocks(qtype, n, k, rng)
     ref = torch.from_numpy(_gq.dequantize(raw, _T[qtype]).reshape(n, k).copy())
@@ -191,3 +196,36 @@ def test_config_does_not_depend_on_rows(tk):
     assert "m" not in inspect.signature(tk.kernel_config).parameters
     cfg = tk.kernel_config("Q4_K", 28672, 8192, 132)
     assert cfg["splits"] >= 1 and cfg["n_tiles"] % cfg["splits"] == 0
+
+
+@child_only
+def test_q4_kn_is_bit_identical_to_q4_k(tk):
+    """Q4_KN (Q4_K in GGUF's block order, engine.weights.packed.native_q4_k) only loads
+    differently: its products equal Q4_K's bit for bit at every row count, split or not, one or
+    two superblocks a step, in the SwiGLU epilogue and as partials; its dequantization too."""
+    from engine.weights.packed import dequantize_packed, native_q4_k
+    w, _ = _weight("Q4_K", 48, 1024, seed=7)
+    wn = native_q4_k(w)
+    assert torch.equal(dequantize_packed(wn), dequantize_packed(w))
+    assert tk.kernel_config("Q4_KN", 48, 1024, 16) == tk.kernel_config("Q4_K", 48, 1024, 16)
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(64, 1024, generator=g)
+    for dtype in (torch.float16, torch.float32):
+        xd = x.to(dtype)
+        for over in ({}, {"splits": 2}, {"SB": 2, "JS": 4}):
+            for m in (1, 3, 16, 17, 64):
+                if dtype == torch.float32 and m not in (3, 17):
+                    continue
+                a = tk.packed_matmul(xd[:m], w, **over)
+                b = tk.packed_matmul(xd[:m], wn, **over)
+                assert torch.equal(a, b), (dtype, over, m)
+        assert torch.equal(tk.packed_partials(xd[:5], wn), tk.packed_partials(xd[:5], w)), dtype
+    # SwiGLU: in the epilogue (one K tile: never split) and from split partials
+    assert tk.swiglu_block(wn, torch.device("cpu")) == tk.swiglu_block(w, torch.device("cpu"))
+    for n, k, splits in ((128, 256, 1), (128, 512, 2)):
+        assert tk.kernel_config("Q4_KN", n, k, 16)["splits"] == splits
+        wg, _ = _weight("Q4_K", n, k, seed=9)
+        wgn = native_q4_k(wg)
+        xh = torch.randn(17, k, generator=g).half()
+        for m in (1, 3, 16, 17):
+            assert torch.equal(tk.packed_swiglu(xh[:m], wgn), tk.packed_swiglu(xh[:m], wg)), (n, k, m)
