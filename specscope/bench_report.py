@@ -44,6 +44,11 @@ def render_markdown(result: dict[str, Any]) -> str:
         "included (min-max); decode tok/s: the same after each prompt's first token; "
         "speedups (of tok/s) paired per repeat.",
         "",
+    ]
+    named = [f"{name}: {r['label']}" for name, r in rows.items() if r.get("label") not in (None, name)]
+    if named:
+        lines += ["rows: " + " · ".join(named), ""]
+    lines += [
         "| row | tok/s | tokens/pass | decode tok/s | first token s | "
         + " | ".join(f"× {r}" for r in refs) + " |",
         "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in refs) + " |",

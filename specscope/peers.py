@@ -84,7 +84,7 @@ def _ours_settings(kind: str, max_new: int) -> DecodeSettings:
 
 
 def our_rows(rt: Runtime, kinds: tuple[str, ...] = OURS) -> list[Row]:
-    labels = {"ar": "specscope AR", "lookup": "specscope lookup", "tree": "specscope tree",
+    labels = {"ar": "specscope plain decoding", "lookup": "specscope lookup", "tree": "specscope tree",
               "adaptive": "specscope adaptive"}
     rows = []
     for kind in kinds:

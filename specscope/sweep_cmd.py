@@ -25,6 +25,7 @@ from engine.io.workloads import SPECBENCH_CATEGORIES, load_workload
 from engine.tuning.export import FORMATS, export_cell
 from engine.tuning.eta import eta_text
 from engine.tuning.grid import SweepConfig, parse_ints
+from engine.tuning.sweep import plain_words
 from engine.tuning.sweep_file import find_cell, load_sweep, save_sweep
 from engine.speculation.settings import MATCH_RULES
 from specscope.progress import Progress
@@ -110,21 +111,26 @@ def run_sweep(a: argparse.Namespace) -> int:
 
 
 def _print_summary(res: dict) -> None:
+    """The sweep's table on stdout, its baseline named as every view names it: plain decoding's
+    decode tok/s (engine.cost.baseline, measured on the sweep's own plain runs), each cell's
+    ratio decode against decode, tok/s with the prefill in said so."""
     ar = res["ar"]
-    print(f"AR: {ar['tok_s']:.1f} tok/s ({ar['decode_tok_s']:.1f} decoding) on {res['device']} "
-          f"({res['dtype']}), {len(res['prompts'])} prompts x {res['config']['new_tokens']} tokens, "
-          f"{res['sweep_s']:.0f} s of decoding, {res.get('run_wall_s', 0):.0f} s in all")
-    print(f"{'cell':<22} {'tok/s':>7} {'decode':>7} {'tok/pass':>9} {'x AR':>6}   (x AR: decode tok/s)")
+    print(f"baseline: {plain_words(ar)} · {res['device']} ({res['dtype']}), {len(res['prompts'])} "
+          f"prompts x {res['config']['new_tokens']} tokens, {res['sweep_s']:.0f} s of decoding, "
+          f"{res.get('run_wall_s', 0):.0f} s in all")
+    print(f"{'cell':<22} {'tok/s':>7} {'decode':>7} {'tok/pass':>9} {'x plain':>7}   (tok/s: prefill "
+          "included; decode tok/s and x plain decoding: prefill excluded)")
     for c in res["cells"]:
         if c["status"] == "skipped":
-            print(f"{c['id']:<22} {'skipped':>7} {'':>7} {'':>9} {'':>6}  predicted {c['predicted_ratio']:.2f}x")
+            print(f"{c['id']:<22} {'skipped':>7} {'':>7} {'':>9} {'':>7}  "
+                  f"predicted {c['predicted_ratio']:.2f}x")
         else:
             mark = "  <- best" if c["id"] == res["best"] else ""
             print(f"{c['id']:<22} {c['tok_s']:>7.1f} {c['decode_tok_s']:>7.1f} "
-                  f"{c['tokens_per_pass']:>9.2f} {c['ratio_to_ar']:>6.2f}{mark}")
+                  f"{c['tokens_per_pass']:>9.2f} {c['ratio_to_ar']:>7.2f}{mark}")
     if ar.get("drift") is not None:
-        print(f"AR after the cells ran at {ar['drift']:.2f}x its speed before them (drift on a shared "
-              "machine moves every ratio by up to that much)")
+        print(f"plain decoding after the cells ran at {ar['drift']:.2f}x its decode speed before them "
+              "(drift on a shared machine moves every ratio by up to that much)")
     print(f"best: {res['best']}; skipped {res['skipped']} cell(s) the cost profile predicted to lose")
     for cid, r in res["adaptive_vs_best"].items():
         print(f"{cid}: {r:.2f} of the best cell")

@@ -29,7 +29,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from engine.cost.profile import CostProfile
+from engine.cost.profile import BEAT, CostProfile
 from engine.errors import ParameterError
 from engine.limits import MAX_ROWS
 
@@ -143,8 +143,8 @@ def draft_model_cost(draft_profile: CostProfile, label: str) -> DraftCost:
 
 def draft_break_even(target: CostProfile, cost: DraftCost, depths: Sequence[int] = (1, 2, 3, 4, 6, 8),
                      width: int = 1) -> list[tuple[int, int, float, float, float]]:
-    """(depth, rows, draft ms, window ms, tokens to beat AR) for chains (or trees) of each depth;
-    a window can emit at most depth + 1 tokens, so a break-even above that never pays."""
+    """(depth, rows, draft ms, window ms, tokens to beat plain decoding) for chains (or trees) of
+    each depth; a window can emit at most depth + 1 tokens, so a break-even above that never pays."""
     out = []
     for k in depths:
         rows = model_rows(k, width)
@@ -158,10 +158,10 @@ def format_draft_break_even(target: CostProfile, cost: DraftCost,
                             depths: Sequence[int] = (1, 2, 3, 4, 6, 8)) -> str:
     lines = [f"{cost.label}: a draft pass {cost.one_row_ms:.3f} ms "
              f"({cost.one_row_ms / target.ms(1):.2f} of a plain step)",
-             f"{'depth':>6}  {'draft ms':>9}  {'window ms':>10}  {'tokens to beat AR':>17}  {'at most':>7}"]
+             f"{'depth':>6}  {'draft ms':>9}  {'window ms':>10}  {BEAT:>29}  {'at most':>7}"]
     for k, _rows, d, w, be in draft_break_even(target, cost, depths):
         note = "" if be < k + 1 else "  never pays"
-        lines.append(f"{k:>6}  {d:>9.3f}  {w:>10.3f}  {be:>17.2f}  {k + 1:>7}{note}")
+        lines.append(f"{k:>6}  {d:>9.3f}  {w:>10.3f}  {be:>29.2f}  {k + 1:>7}{note}")
     return "\n".join(lines)
 
 
@@ -173,7 +173,7 @@ def format_exit_break_even(profile: CostProfile, depths: Sequence[int] = (1, 2, 
         return ""
     n_layers = profile.extra.get("n_layers") or max(pts)
     head = f"{'exit K':>6}  {'pass ms':>8}  " + "  ".join(f"{'d' + str(k):>5}" for k in depths)
-    lines = ["early exit: tokens a chain of depth d must emit to beat AR "
+    lines = ["early exit: tokens a chain of depth d must emit to beat plain decoding "
              "(- : not even d + 1 tokens would)", head]
     for k in sorted(pts):
         cost = DraftCost(f"early exit at {k} of {n_layers} layers", pts[k], profile)

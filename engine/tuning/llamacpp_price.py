@@ -253,7 +253,8 @@ def streams_from_sweep(result: dict[str, Any], prompt_ids: dict[str, list[int]] 
             continue
         out.append(Stream(x["prompt"], tuple(ids[x["prompt"]]), tuple(x["tokens"]), cats.get(x["prompt"], "")))
     if not out:
-        raise ParameterError("the sweep has no plain-decoding outputs to replay: let its AR run finish")
+        raise ParameterError("the sweep has no plain-decoding outputs to replay: "
+                             "let its plain-decoding run finish")
     return out
 
 

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
+from engine.cost.baseline import Baseline
 from engine.cost.probe import card_profile
 from engine.errors import ParameterError
 from engine.io.prompts import encode_prompt
@@ -73,6 +74,32 @@ def predict_ratio(neighbour: dict[str, Any], cell: Cell, profile) -> float:
 
 def _median(xs: list[float]) -> float:
     return round(statistics.median(xs), 4)
+
+
+def plain_words(ar: dict[str, Any]) -> str:
+    """The progress line after the plain-decoding runs: the baseline as every view names it
+    (engine.cost.baseline.Baseline.label(), decode tok/s) and the tok/s with the prefill in.
+
+    >>> plain_words({"tok_s": 12.3, "decode_tok_s": 15.04})
+    'plain decoding 15.0 tok/s (measured) · 12.3 tok/s incl. prefill'
+    """
+    prefill = f"{ar['tok_s']:.1f} tok/s incl. prefill"
+    dec = ar.get("decode_tok_s")
+    return f"{Baseline(dec, 'measured').label()} · {prefill}" if dec else f"plain decoding: {prefill}"
+
+
+def cell_words(entry: dict[str, Any]) -> str:
+    """A measured cell's progress line, worded as the race's lanes: decode tok/s and its ratio to
+    plain decoding's (decode against decode), then tok/s with the prefill in and tokens per pass.
+
+    >>> cell_words({"tok_s": 20.0, "decode_tok_s": 30.0, "ratio_to_ar": 2.0, "tokens_per_pass": 2.5})
+    'decode 30.0 tok/s (2.00x plain decoding) · 20.0 tok/s incl. prefill · 2.50 tok/pass'
+    """
+    dec = entry.get("decode_tok_s")
+    decode = (f"decode {dec:.1f} tok/s ({entry['ratio_to_ar']:.2f}x plain decoding)" if dec
+              else "decode tok/s: none (nothing after the first token)")
+    return (f"{decode} · {entry['tok_s']:.1f} tok/s incl. prefill · "
+            f"{entry['tokens_per_pass']:.2f} tok/pass")
 
 
 class Sweep:
@@ -182,8 +209,7 @@ class Sweep:
                          "tokens_per_pass": _median([x["tokens_per_pass"] for x in per]),
                          "per_prompt": per}
             done += 1
-            yield SweepStep(res, "ar", done, total, self._eta(len(todo)),
-                            f"AR: {res['ar']['tok_s']:.1f} tok/s")
+            yield SweepStep(res, "ar", done, total, self._eta(len(todo)), plain_words(res["ar"]))
         ar = {x["prompt"]: x for x in res["ar"]["per_prompt"]}
         for i, cell in enumerate(todo):
             entry = self._skip(cell) or self._measure(cell, ar)
@@ -193,9 +219,8 @@ class Sweep:
             if i == len(todo) - 1:
                 self._drift()           # before the last step, so its result is the final one
             res["complete"] = done == total
-            what = (f"skipped (predicted {entry['predicted_ratio']:.2f}x AR)" if entry["status"] == "skipped"
-                    else f"{entry['tok_s']:.1f} tok/s, {entry['tokens_per_pass']:.2f} tok/pass, "
-                         f"{entry['ratio_to_ar']:.2f}x AR")
+            what = (f"skipped (predicted {entry['predicted_ratio']:.2f}x plain decoding)"
+                    if entry["status"] == "skipped" else cell_words(entry))
             yield SweepStep(res, cell.id, done, total, self._eta(len(todo) - i - 1),
                             f"{cell.id}: {what}")
         res["complete"] = True
@@ -231,7 +256,7 @@ class Sweep:
             return None
         e = self._entry(cell)
         e.update(status="skipped", predicted_ratio=round(predicted, 4), skip_reason=(
-            f"predicted {predicted:.2f}x AR from {neighbour['id']}, below the best so far "
+            f"predicted {predicted:.2f}x plain decoding from {neighbour['id']}, below the best so far "
             f"{best:.2f}x by more than {self.cfg.skip_margin:.0%}"))
         return e
 

@@ -84,6 +84,9 @@ def test_repeats_aggregate_to_known_medians_spreads_and_paired_speedups(cpu_runt
     md = render_markdown(dict(result, plot_note=None))
     assert "| ours-tree | 40.0 (20.0-40.0) | 2.00 (2.00-2.00) |" in md
     assert "2.00× (0.50-4.00)" in md and "| ours-tree | ours-ar | yes | 5/6 |" in md
+    assert "rows:" not in md                          # labels that only repeat the row ids: no key
+    result["rows"]["ours-ar"]["label"] = "specscope plain decoding"
+    assert "\nrows: ours-ar: specscope plain decoding\n" in render_markdown(dict(result, plot_note=None))
 
 
 def test_tiny_bench_reports_every_field(cpu_runtime, hf_model, tmp_path, monkeypatch):
@@ -117,6 +120,9 @@ def test_tiny_bench_reports_every_field(cpu_runtime, hf_model, tmp_path, monkeyp
         assert [s["peer"] for s in data["skipped"]] == ["llamacpp"]
         assert "specscope[llamacpp]" in data["skipped"][0]["reason"]
     assert names == expected
+    # plain decoding named as every view names it; the row id stays (scripts key on it)
+    assert data["rows"]["ours-ar"]["label"] == "specscope plain decoding"
+    assert "ours-ar: specscope plain decoding" in paths["markdown"].read_text()
 
     for name, row in data["rows"].items():
         assert ROW_KEYS <= set(row), name

@@ -102,7 +102,7 @@ def test_roofline_command_writes_a_valid_profile(tmp_path) -> None:
     exits = {int(k): v for k, v in prof.extra["exit_ms"].items()}
     assert sorted(exits) == [7, 15, 22, 30] and prof.extra["n_layers"] == 30
     assert exits[7] < exits[30]                  # 7 layers cost less than 30
-    assert "early exit: tokens a chain of depth d must emit to beat AR" in r.stdout
+    assert "early exit: tokens a chain of depth d must emit to beat plain decoding" in r.stdout
 
 
 def test_roofline_prices_a_draft_model_and_named_exit_layers(tmp_path) -> None:

@@ -33,7 +33,8 @@ def _sweep(rt, cfg, previous=None, stop=None):
                  profile=cpu_like_profile(rt), stop=stop or threading.Event())
 
 
-def test_sweep_writes_every_cell_and_field_and_resumes_after_a_cancel(cpu_runtime, tmp_path) -> None:
+def test_sweep_writes_every_cell_and_field_and_resumes_after_a_cancel(cpu_runtime, tmp_path,
+                                                                      capsys) -> None:
     from engine.tuning.sweep import SweepCancelled
     from engine.tuning.sweep_file import load_sweep, save_sweep
 
@@ -41,13 +42,19 @@ def test_sweep_writes_every_cell_and_field_and_resumes_after_a_cancel(cpu_runtim
     out = tmp_path / "out"
     stop = threading.Event()
     first = _sweep(cpu_runtime, cfg, stop=stop)
-    seen = []
+    seen, said = [], []
     with pytest.raises(SweepCancelled):
         for step in first.steps():
             save_sweep(step.result, out)
             seen.append(step.cell)
+            said.append(step.message)
             if len(seen) == 3:          # AR and two cells, then cancel (as the dock's button does)
                 stop.set()
+    # the progress names plain decoding as every view does (engine.cost.baseline): its decode
+    # tok/s with the source, each cell's ratio decode against decode, the prefill's tok/s said so
+    assert said[0].startswith("plain decoding ") and " tok/s (measured) · " in said[0], said[0]
+    assert all("x plain decoding) · " in m and " tok/s incl. prefill · " in m for m in said[1:]), said
+    assert not any(" AR" in m or m.startswith("AR") for m in said), said
     partial = load_sweep(out)           # still a valid file, holding what finished
     assert [c["id"] for c in partial["cells"]] == seen[1:] and partial["complete"] is False
     kept = {c["id"]: c for c in partial["cells"]}
@@ -89,6 +96,17 @@ def test_sweep_writes_every_cell_and_field_and_resumes_after_a_cancel(cpu_runtim
         rows = list(csv.DictReader(f))
     assert [r["id"] for r in rows] == ["ar", *planned]
     assert all(r["tok_s"] and r["ratio_to_ar"] for r in rows)
+    # `specscope sweep`'s table: the same baseline and words, no "AR"
+    from engine.cost.baseline import Baseline
+    from specscope.sweep_cmd import _print_summary
+    capsys.readouterr()
+    _print_summary(res)
+    text = capsys.readouterr().out
+    first_line = text.splitlines()[0]
+    assert first_line.startswith(f"baseline: {Baseline(res['ar']['decode_tok_s'], 'measured').label()} · "
+                                 f"{res['ar']['tok_s']:.1f} tok/s incl. prefill · "), first_line
+    assert "x plain" in text and "plain decoding after the cells ran at" in text
+    assert " AR" not in text and "AR:" not in text
 
 
 def test_a_resume_with_other_settings_is_refused_in_one_line(cpu_runtime, tmp_path) -> None:
@@ -168,7 +186,9 @@ def test_a_sweep_skips_the_cells_predicted_to_lose_and_says_how_many(cpu_runtime
     assert res["skipped"] == 1 and res["complete"] and res["best"] == "lookup:2:1"
     assert skipped["status"] == "skipped" and skipped["tok_s"] is None
     assert skipped["predicted_ratio"] == pytest.approx(0.6, abs=0.05)
-    assert "lookup:2:1" in skipped["skip_reason"]
+    assert "lookup:2:1" in skipped["skip_reason"] and "x plain decoding" in skipped["skip_reason"]
+    assert steps[-1].message == (f"lookup:4:1: skipped (predicted {skipped['predicted_ratio']:.2f}x "
+                                 "plain decoding)")
     # margin 0: the same cell is measured, not skipped
     from dataclasses import replace
     sweep = Sweep(cpu_runtime, replace(cfg, skip_margin=0.0), prompts, previous=previous, profile=steep)

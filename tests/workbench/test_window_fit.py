@@ -207,7 +207,7 @@ def test_tok_s_leaves_paused_time_out(qtbot, make_window):
     assert report["tok_s"] == pytest.approx(report["new_tokens"] / report["wall_s"], rel=1e-3)
     win.render_all()
     assert win.stats.state["tok_s"] == win.store[-1].stats.tok_s
-    assert f"{win.store[-1].stats.tok_s:.1f} tok/s" in win.stats.headline.text()
+    assert f"{win.store[-1].stats.tok_s:.1f} tok/s incl. prefill" in win.stats.headline.text()
 
 
 @pytest.mark.parametrize("what", ["missing", "text"])

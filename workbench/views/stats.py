@@ -301,22 +301,30 @@ class StatsView(QWidget):
 
     def _describe(self, ev, acc, base: Baseline | None, upto: int, decode_tps: float | None,
                   ties: int = 0) -> None:
-        """The headline: the run's tok/s (prefill included) and, decode against decode, its
-        speed over plain decoding's (the prefill is the same for both and would only dilute the ratio);
-        and how many windows held a near tie (a row whose choice was within rounding noise:
-        where rows are not bit-exact, the one place speculation may part from plain decoding)."""
+        """The headline, worded as the race's lanes: the run's decode tok/s (prefill excluded) and,
+        decode against decode, its speed over plain decoding's (Baseline.label(), with its source;
+        the prefill is the same for both and would only dilute the ratio), then its tok/s with the
+        prefill in, said so; and how many windows held a near tie (a row whose choice was within
+        rounding noise: where rows are not bit-exact, the one place speculation may part from plain
+        decoding)."""
         st = ev.stats
         ar_tps = base.tok_s if base else None
-        speed = (f" · <b style='color:{theme.GREEN if decode_tps >= ar_tps else theme.RED}'>"
-                 f"{decode_tps / ar_tps:.2f}×</b> decoding {decode_tps:.1f} tok/s vs {base.label()}"
-                 ) if base and decode_tps else ""
+        prefill = f"{st.tok_s:.1f} tok/s incl. prefill"
+        if not decode_tps:                  # the first window only: nothing after it to time
+            speed = f"<b>{prefill}</b>"
+        else:
+            speed = f"<b>decode {decode_tps:.1f} tok/s</b>"
+            if base:
+                speed += (f" · <b style='color:{theme.GREEN if decode_tps >= ar_tps else theme.RED}'>"
+                          f"{decode_tps / ar_tps:.2f}×</b> {base.label()}")
+            speed += f" · {prefill}"
         alpha = ""
         if acc.alpha is not None and acc.theory_tokens:
             g = min(_depth_setting(ev), len(acc.theory_tokens) - 1)
             alpha = (f"<br>α = {acc.alpha:.2f}: (1−α<sup>γ+1</sup>)/(1−α) = {acc.theory_tokens[g]:.2f} "
                      f"at γ = {g}")             # a line of its own: never broken mid-formula
         self.headline.setText(
-            f"<b>{st.tok_s:.1f} tok/s</b>{speed} · <b>{st.tokens_per_pass:.2f}</b> tokens/pass "
+            f"{speed} · <b>{st.tokens_per_pass:.2f}</b> tokens/pass "
             f"({st.new_tokens} in {st.forward_passes})"
             + (f" · <span style='color:{theme.AMBER}'>≈ {ties} near-tie window{'s' * (ties != 1)}</span>"
                if ties else "") + alpha)
