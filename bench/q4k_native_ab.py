@@ -14,8 +14,9 @@ On the GPU (H200: ~2 minutes, most of it compiling in parallel workers):
   replaying over weight copies that defeat the L2 (bench/bench_packed_matmul.py's
   graph_time_us), interleaved A/B twice (A B, then B A), the mean of the two rounds;
   % of 4.8 TB/s counts GGUF's 144 bytes a superblock for both (Q4_K's planes stream 148);
-* a small sweep of Q4_KN tile configurations (BN 32/64/128, warps 4/8, stages 2/3/4) at 1 and
-  16 rows on 28672x8192, each also checked against Q4_K run with the same configuration.
+* a small sweep of Q4_KN tile configurations (the two ways of reading the scales, HDR 1 / 0;
+  BN 32/64/128, warps 4/8, stages 2/3/4) at 1 and 16 rows on 28672x8192, each also checked
+  against Q4_K run with the same configuration.
 
     python3 bench/q4k_native_ab.py --json /tmp/q4k_native_ab.json
 
@@ -41,12 +42,14 @@ PEAK_GBS = 4800.0
 SHAPES = {"big 28672x8192": (28672, 8192), "gate|up 24576x4096": (24576, 4096),
           "down 4096x12288": (4096, 12288), "qkv 6144x4096": (6144, 4096), "o 4096x4096": (4096, 4096)}
 ROWS = (1, 2, 4, 8, 16, 64)
-SWEEP = tuple({"BN": bn, "num_warps": w, "num_stages": s}
-              for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4))
+# HDR: how the tile reads the packed scales (1, the default: [BN, 4] word loads, fewer ALU
+# ops; 0: [BN, 8] byte gathers, fewer loads); loads only, the same bits
+SWEEP = ({"HDR": 1}, {"HDR": 0}) + tuple({"BN": bn, "num_warps": w, "num_stages": s}
+                                        for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4))
 SWEEP_ROWS = (1, 16)
 CPU_SHAPES = {"tiny 128x512": (128, 512), "tiny split 64x1024": (64, 1024)}
 CPU_ROWS = (1, 16, 17)
-CPU_SWEEP = ({"BN": 32, "num_warps": 4, "num_stages": 2}, {"BN": 64, "num_warps": 4, "num_stages": 3})
+CPU_SWEEP = ({"HDR": 0}, {"BN": 32, "num_warps": 4, "num_stages": 2})
 L2_DEFEAT_BYTES = 160 << 20
 
 
@@ -221,7 +224,7 @@ def main() -> None:
                              for m in sweep_rows}
                 ent["same_as_q4k"] = all(torch.equal(tk.packed_matmul(x[:m], pairs[0][0], **o),
                                                      tk.packed_matmul(x[:m], pairs[0][1], **o)) for m in sweep_rows)
-                print(f"  BN{o['BN']:<3} w{o['num_warps']} s{o['num_stages']}: "
+                print(f"  {' '.join(f'{a}={b}' for a, b in o.items()):<34}: "
                       + "  ".join(f"M{m} {t:7.1f}us {100.0 * gguf_bytes(n, k) / (t * 1e3) / PEAK_GBS:5.1f}%"
                                   for m, t in ent["us"].items())
                       + f"   same bits as Q4_K(same config) {ent['same_as_q4k']}", flush=True)

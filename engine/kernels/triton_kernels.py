@@ -240,7 +240,8 @@ def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
     """The launch configuration of a shape: a function of (qtype, N, K, SM count) only, never
     of the number of activation rows (that is what makes the result row-invariant).
     ``override`` (BN, num_warps, num_stages, splits; I8 and the I8_* tile keys of the int8
-    path) is for benchmarks."""
+    path; HDR, how Q4_KN's tile reads its packed scales: loads only, the same bits) is for
+    benchmarks."""
     return dict(_config(qtype, n, k, sms, tuple(sorted(override.items()))))
 
 
@@ -310,7 +311,8 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                     TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=nmb,
                     SPLIT=split, EVEN_K=k % 256 == 0, IEEE=ieee,
                     SB=cfg["SB"], JS=cfg["JS"], SWIGLU=swiglu, num_warps=cfg["num_warps"],
-                    num_stages=_FEWER_STAGES.get(key, stages))
+                    num_stages=_FEWER_STAGES.get(key, stages),
+                    **({"HDR": cfg.get("HDR", 1)} if qtype == "Q4_KN" else {}))
                 break
             except triton.runtime.errors.OutOfResources:
                 # a wide variant that does not fit the card's shared memory: one pipeline

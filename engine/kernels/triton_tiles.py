@@ -273,13 +273,13 @@ def _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, pd, pdm, psc, pmn, rn, kb,
 
 @triton.jit
 def _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
-             NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr):
+             NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, HDR: tl.constexpr):
     """Q4_KN, one superblock from kb: blk [N, K/256*144], GGUF's block_q4_K (d, dmin, 12
     bytes of 6-bit scales, 128 qs bytes) at byte 144 * (kb/256) of each row. Every load is at
     least 4 bytes wide and aligned, so the pipeliner copies all of them ahead (cp.async; Q4_K's
-    2-byte d / dmin loads are not pipelined): d | dmin as one word, the scales as [BN, 8]
-    gathers of 4 bytes, the qs as Q4_K's words (16-byte vectors). They become exactly the d,
-    dmin, sc, mn that Q4_K's planes hold, then ``_sb_q45k`` does Q4_K's arithmetic on them:
+    2-byte d / dmin loads are not pipelined): d | dmin as one word, the scales per lane (HDR
+    below), the qs as Q4_K's words (16-byte vectors). They become exactly the d, dmin, sc,
+    mn that Q4_K's planes hold, then ``_sb_q45k`` does Q4_K's arithmetic on them:
     bit-identical results."""
     BN: tl.constexpr = rn.shape[0]
     qrow = K256 * 36                                     # words per row (144 bytes a block)
@@ -288,32 +288,55 @@ def _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
     w0 = tl.load(pb.to(tl.pointer_type(tl.int32)) + rn[:, None] * qrow + qoff)        # [BN, 1]
     d = w0.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
     dm = (w0 >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    # bytes 4-15: the packed scales q[0..11] (engine.weights.dequant.unpack_k_scales), read
-    # per sub-block j as [BN, 8] byte gathers. (Built from [BN, 1] words by broadcasts, the
-    # scales keep Triton 3.6 from giving the dequantized tile the dot's register layout: it
-    # then goes through shared memory, as the AOT compile for sm_90 shows.)
-    j8 = tl.arange(0, 8)[None, :]
-    bp = pb + rn[:, None] * (K256 * 144) + (kb // 256) * 144 + 4 + j8 % 4             # [BN, 8]
-    qa = tl.load(bp)             # q[j % 4]
-    qb = tl.load(bp + 4)         # q[4 + j % 4]
-    qc = tl.load(bp + 8)         # q[8 + j % 4]
-    sc = tl.where(j8 < 4, qa & 63, (qc & 15) | ((qa >> 6) << 4))
-    mn = tl.where(j8 < 4, qb & 63, (qc >> 4) | ((qb >> 6) << 4))
-    sc_lo, sc_hi = tl.split(tl.reshape(sc, [BN, 4, 2]))                               # as Q4_K's
-    mn_lo, mn_hi = tl.split(tl.reshape(mn, [BN, 4, 2]))
+    # the packed scales q[0..11] (bytes 4-15; engine.weights.dequant.unpack_k_scales). Built
+    # from [BN, 1] word loads by broadcasts, they keep Triton 3.6 from giving the dequantized
+    # tile the dot's register layout (it then goes through shared memory: the AOT compile for
+    # sm_90 shows it), so each form below loads per lane. HDR 1: [BN, 4] words, lane c's
+    # (fewer ALU ops); 0: [BN, 8] byte gathers, sub-block j's (fewer loads)
+    if HDR == 1:
+        # byte i of w1 & 63 / w2 & 63 is sc[i] / mn[i]; of (w3 & 15) | ((w1 >> 2) & 0x30)
+        # sc[4 + i], of ((w3 >> 4) & 15) | ((w2 >> 2) & 0x30) mn[4 + i]. Lane c of _lo is
+        # sub-block 2c (byte 2c % 4 of half c // 2), of _hi 2c + 1 (the next byte)
+        c4 = tl.arange(0, 4)[None, :]
+        hi = c4 >= 2
+        wp = pb.to(tl.pointer_type(tl.int32)) + rn[:, None] * qrow + qoff + 0 * c4     # [BN, 4]
+        ws = tl.load(wp + tl.where(hi, 3, 1))        # w1 (c < 2) / w3
+        wm = tl.load(wp + tl.where(hi, 3, 2))        # w2 (c < 2) / w3
+        w1 = tl.load(wp + 1)
+        w2 = tl.load(wp + 2)
+        sh = 16 * (c4 % 2)
+        s_c = tl.where(hi, (ws & 0x0F0F0F0F) | ((w1 >> 2) & 0x30303030), ws & 0x3F3F3F3F) >> sh
+        m_c = tl.where(hi, ((wm >> 4) & 0x0F0F0F0F) | ((w2 >> 2) & 0x30303030),
+                       wm & 0x3F3F3F3F) >> sh
+        sc_lo = s_c & 0xFF
+        sc_hi = (s_c >> 8) & 0xFF
+        mn_lo = m_c & 0xFF
+        mn_hi = (m_c >> 8) & 0xFF
+    else:
+        # q[j % 4], q[4 + j % 4], q[8 + j % 4] for sub-block j
+        j8 = tl.arange(0, 8)[None, :]
+        bp = pb + rn[:, None] * (K256 * 144) + (kb // 256) * 144 + 4 + j8 % 4         # [BN, 8]
+        qa = tl.load(bp)             # q[j % 4]
+        qb = tl.load(bp + 4)         # q[4 + j % 4]
+        qc = tl.load(bp + 8)         # q[8 + j % 4]
+        sc = tl.where(j8 < 4, qa & 63, (qc & 15) | ((qa >> 6) << 4))
+        mn = tl.where(j8 < 4, qb & 63, (qc >> 4) | ((qb >> 6) << 4))
+        sc_lo, sc_hi = tl.split(tl.reshape(sc, [BN, 4, 2]))                               # as Q4_K's
+        mn_lo, mn_hi = tl.split(tl.reshape(mn, [BN, 4, 2]))
     return _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pb, qrow, qoff + 4, pb, d, dm,
                     sc_lo, sc_hi, mn_lo, mn_hi, rn, kb, M, K, sxm, K32, False, NMB, IEEE, JS)
 
 
 @triton.jit
 def _tile_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
-               NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr):
+               NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr,
+               HDR: tl.constexpr):
     """Q4_KN, SB superblocks from kb (``_sb_q4kn`` each)."""
     acc0, acc1, acc2, acc3 = _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm,
-                                      K32, K256, NMB, IEEE, JS)
+                                      K32, K256, NMB, IEEE, JS, HDR)
     if SB == 2:
         acc0, acc1, acc2, acc3 = _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb + 256, M, K,
-                                          sxm, K32, K256, NMB, IEEE, JS)
+                                          sxm, K32, K256, NMB, IEEE, JS, HDR)
     return acc0, acc1, acc2, acc3
 
 
@@ -379,11 +402,12 @@ def _packed_mm_kernel(
     M, N, K, sxm, som, sop, K4, K8, K16, K32, K256,
     TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
     EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
-    SWIGLU: tl.constexpr = False,
+    SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
-    output is silu(gate) * up of an interleaved gate|up weight (``_store_swiglu``)."""
+    output is silu(gate) * up of an interleaved gate|up weight (``_store_swiglu``). HDR: how
+    Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
@@ -419,7 +443,7 @@ def _packed_mm_kernel(
         elif QT == 7:
             # Q4_KN plane: blk (GGUF's block_q4_K, 144 bytes a superblock)
             acc0, acc1, acc2, acc3 = _tile_q4kn(acc0, acc1, acc2, acc3, x_ptr, p0, rn, kb,
-                                                M, K, sxm, K32, K256, NMB, IEEE, JS, SB)
+                                                M, K, sxm, K32, K256, NMB, IEEE, JS, SB, HDR)
         elif QT == 6:
             # Q6_K8 planes: q8, sc, d
             acc0, acc1, acc2, acc3 = _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,

@@ -202,7 +202,8 @@ def test_config_does_not_depend_on_rows(tk):
 def test_q4_kn_is_bit_identical_to_q4_k(tk):
     """Q4_KN (Q4_K in GGUF's block order, engine.weights.packed.native_q4_k) only loads
     differently: its products equal Q4_K's bit for bit at every row count, split or not, one or
-    two superblocks a step, in the SwiGLU epilogue and as partials; its dequantization too."""
+    two superblocks a step, either way of reading the scales (HDR), in the SwiGLU epilogue and
+    as partials; its dequantization too."""
     from engine.weights.packed import dequantize_packed, native_q4_k
     w, _ = _weight("Q4_K", 48, 1024, seed=7)
     wn = native_q4_k(w)
@@ -212,7 +213,7 @@ def test_q4_kn_is_bit_identical_to_q4_k(tk):
     x = torch.randn(64, 1024, generator=g)
     for dtype in (torch.float16, torch.float32):
         xd = x.to(dtype)
-        for over in ({}, {"splits": 2}, {"SB": 2, "JS": 4}):
+        for over in ({}, {"splits": 2}, {"SB": 2, "JS": 4}, {"HDR": 0}):
             for m in (1, 3, 16, 17, 64):
                 if dtype == torch.float32 and m not in (3, 17):
                     continue
