@@ -15,8 +15,8 @@ On the GPU (H200: ~2 minutes, most of it compiling in parallel workers):
   graph_time_us), interleaved A/B twice (A B, then B A), the mean of the two rounds;
   % of 4.8 TB/s counts GGUF's 144 bytes a superblock for both (Q4_K's planes stream 148);
 * a small sweep of Q4_KN tile configurations (the two ways of reading the scales, HDR 1 / 0;
-  BN 32/64/128, warps 4/8, stages 2/3/4) at 1 and 16 rows on 28672x8192, each also checked
-  against Q4_K run with the same configuration.
+  two superblocks a loop trip, SB 2; BN 32/64/128, warps 4/8, stages 2/3/4) at 1 and 16
+  rows on 28672x8192, each also checked against Q4_K run with the same configuration.
 
     python3 bench/q4k_native_ab.py --json /tmp/q4k_native_ab.json
 
@@ -44,8 +44,11 @@ SHAPES = {"big 28672x8192": (28672, 8192), "gate|up 24576x4096": (24576, 4096),
 ROWS = (1, 2, 4, 8, 16, 64)
 # HDR: how the tile reads the packed scales (1, the default: [BN, 4] word loads, fewer ALU
 # ops; 0: [BN, 8] byte gathers, fewer loads); loads only, the same bits
-SWEEP = ({"HDR": 1}, {"HDR": 0}) + tuple({"BN": bn, "num_warps": w, "num_stages": s}
-                                        for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4))
+# SB 2: two superblocks a loop trip (the same dots in the same order)
+SWEEP = (({"HDR": 1}, {"HDR": 0}, {"SB": 2}, {"SB": 2, "HDR": 0})
+         + tuple({"BN": bn, "num_warps": w, "num_stages": s}
+                 for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)))
+SWEEP_Q4K = ({"SB": 2},)          # a control: Q4_K's d / dmin as 4-byte loads
 SWEEP_ROWS = (1, 16)
 CPU_SHAPES = {"tiny 128x512": (128, 512), "tiny split 64x1024": (64, 1024)}
 CPU_ROWS = (1, 16, 17)
@@ -216,27 +219,33 @@ def main() -> None:
         x = xall[:, :k].contiguous()
         copies = 1 if cpu else max(1, min(24, -(-L2_DEFEAT_BYTES // gguf_bytes(n, k))))
         pairs = [weights(n, k, 1 + i, args.device) for i in range(copies)]
-        print(f"\nQ4_KN configurations, {n}x{k} (default: {dict((a, b) for a, b in tk.kernel_config('Q4_KN', n, k, sms).items() if a in ('BN', 'num_warps', 'num_stages'))})")
-        for o in sweep:
-            ent = {"override": o}
+        dflt = {a: b for a, b in tk.kernel_config("Q4_KN", n, k, sms).items()
+                if a in ("BN", "num_warps", "num_stages", "SB", "JS")}
+        print(f"\nQ4_KN configurations, {n}x{k} (default {dflt}, HDR 1); Q4_K with SB 2 as a "
+              f"control (its d / dmin become 4-byte loads there too)")
+        for qt, o in [("Q4_KN", o) for o in sweep] + [("Q4_K", o) for o in SWEEP_Q4K]:
+            ent = {"qtype": qt, "override": o}
+            which = 0 if qt == "Q4_K" else 1
             try:
-                ent["us"] = {m: timer([lambda ww=p[1], xm=x[:m]: tk.packed_matmul(xm, ww, **o) for p in pairs], copies)
+                ent["us"] = {m: timer([lambda ww=p[which], xm=x[:m]: tk.packed_matmul(xm, ww, **o)
+                                       for p in pairs], copies)
                              for m in sweep_rows}
                 ent["same_as_q4k"] = all(torch.equal(tk.packed_matmul(x[:m], pairs[0][0], **o),
-                                                     tk.packed_matmul(x[:m], pairs[0][1], **o)) for m in sweep_rows)
-                print(f"  {' '.join(f'{a}={b}' for a, b in o.items()):<34}: "
+                                                     tk.packed_matmul(x[:m], pairs[0][1], **o))
+                                         for m in sweep_rows)
+                print(f"  {qt:<5} {' '.join(f'{a}={b}' for a, b in o.items()):<34}: "
                       + "  ".join(f"M{m} {t:7.1f}us {100.0 * gguf_bytes(n, k) / (t * 1e3) / PEAK_GBS:5.1f}%"
                                   for m, t in ent["us"].items())
-                      + f"   same bits as Q4_K(same config) {ent['same_as_q4k']}", flush=True)
+                      + f"   Q4_KN same bits as Q4_K (same config) {ent['same_as_q4k']}", flush=True)
             except Exception as e:  # noqa: BLE001 - a config that does not fit is reported
                 ent["error"] = repr(e)[:300]
-                print(f"  {o}: {e!r}"[:300], flush=True)
+                print(f"  {qt} {o}: {e!r}"[:300], flush=True)
             res["sweep"].append(ent)
-        ok = [e for e in res["sweep"] if "us" in e]
+        ok = [e for e in res["sweep"] if "us" in e and e["qtype"] == "Q4_KN"]
         for m in sweep_rows:
             if ok:
                 best = min(ok, key=lambda e: e["us"][m])
-                print(f"  best at {m} rows: {best['override']} {best['us'][m]:.1f}us", flush=True)
+                print(f"  best Q4_KN at {m} rows: {best['override']} {best['us'][m]:.1f}us", flush=True)
                 res[f"sweep_best_M{m}"] = best
         del pairs
 
