@@ -149,10 +149,14 @@ class Linear:
         product, where the layer is one screened Q8_0 weight (the fast CPU path's LM head:
         engine.weights.cpu_fast.cpu_int8_blocks_top, values bit for bit the full product's);
         None elsewhere."""
+        return cpu_int8_blocks_top(x, self.parts[0], k) if self.screened else None
+
+    @property
+    def screened(self) -> bool:
+        """Whether `top` answers here: the layer is one screened Q8_0 weight, no bias."""
         p = self.parts[0]
-        if len(self.parts) == 1 and self.bias is None and isinstance(p, CpuInt8Blocks) and p.screen is not None:
-            return cpu_int8_blocks_top(x, p, k)
-        return None
+        return (len(self.parts) == 1 and self.bias is None and isinstance(p, CpuInt8Blocks)
+                and p.screen is not None)
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None,
                  invariant: bool = False) -> torch.Tensor:

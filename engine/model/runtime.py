@@ -64,11 +64,67 @@ class RowScores:
 
     logits: [R, V] float32 on CPU, or None on the fast path (greedy, no penalties), where only
     the top-k of each row travels: top_values / top_ids [R, TOPK].
+
+    With a `summary` (the window's per-row detail on the fast path), also, computed where the
+    logits are and brought over with the top k in one transfer:
+    log_norm: [R] float32, each row's log of the softmax's normaliser (logsumexp of its logits
+      over the whole vocabulary): a row's probability of token t is exp(logit(t) - log_norm);
+    window_logits: [R, R] float32, row r's logit of the window's own token c (tokens[c]): a
+      drafted token's logit at its parent's row.
     """
 
     logits: torch.Tensor | None
     top_values: torch.Tensor
     top_ids: torch.Tensor
+    log_norm: torch.Tensor | None = None
+    window_logits: torch.Tensor | None = None
+
+
+def summarize(logits: torch.Tensor, tokens: torch.Tensor, top_values: torch.Tensor,
+              top_ids: torch.Tensor) -> RowScores:
+    """The fast path's RowScores with a summary (see RowScores) from a pass's logits [R, V] and
+    the window's tokens [R], both on the pass's device, and the top k already taken: one
+    batched reduction there, one device -> host transfer (ids travel as float32, exact below
+    2^24; a larger vocabulary sends them apart)."""
+    lg = logits.float()
+    R, k = top_values.shape
+    lse = torch.logsumexp(lg, dim=-1, keepdim=True)                     # [R, 1]
+    cross = lg.index_select(1, tokens)                                  # [R, R]
+    ids_apart = lg.shape[-1] > 1 << 24
+    parts = [top_values.float(), lse, cross] + ([] if ids_apart else [top_ids.float()])
+    host = torch.cat(parts, dim=1).cpu()
+    ids = top_ids.cpu() if ids_apart else host[:, k + 1 + R:].long()
+    return RowScores(None, host[:, :k], ids, host[:, k], host[:, k + 1:k + 1 + R])
+
+
+def head_top(model, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's top k of a pass's whole `logits`, ranked as `forward(top=k)` ranks it: a
+    screened head's ties to the lower id (top_lower_id), else torch's topk (as the pass without
+    a summary takes it), so a pass gives the same verdict whether or not it sums up its rows."""
+    screened = (getattr(model, "fused", None) is None
+                and getattr(getattr(model, "lm_head", None), "screened", False))
+    return top_lower_id(logits, k) if screened else tuple(logits.topk(k, dim=-1))
+
+
+def top_lower_id(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's top k of `logits` [R, V] with ties to the lower id, as the screened CPU head
+    ranks them (engine.weights.cpu_fast.cpu_int8_blocks_top): a pass that needs the whole
+    logits of a screened head ranks its top k as a screened pass would, so the verdict is the
+    same whether or not the logits were asked for."""
+    extra = logits.shape[-1] > k
+    vals, ids = logits.topk(k + extra, dim=-1)
+    # a value equal to the k-th just outside the k: topk may have taken a higher id of equals
+    # there; such a row is redone below from every id at or above the k-th value, ascending
+    over = vals[:, k] == vals[:, k - 1] if extra else torch.zeros(len(vals), dtype=torch.bool)
+    vals, ids = vals[:, :k], ids[:, :k]
+    ids, order = ids.sort(dim=-1)                       # equal values: the lower id first
+    vals, order2 = vals.gather(-1, order).sort(dim=-1, descending=True, stable=True)
+    ids = ids.gather(-1, order2)
+    for r in over.nonzero().flatten().tolist():
+        cand = (logits[r] >= vals[r, -1]).nonzero().flatten()
+        v, o = logits[r, cand].sort(descending=True, stable=True)
+        vals[r], ids[r] = v[:k], cand[o[:k]]
+    return vals, ids
 
 
 def chain(n: int) -> tuple[list[int], torch.Tensor]:
@@ -354,19 +410,23 @@ class Session:
             cache.advance(R)
 
     def verify(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
-               need_logits: bool = True, exit_layer: int | None = None) -> RowScores:
+               need_logits: bool = True, exit_layer: int | None = None,
+               summary: bool = False) -> RowScores:
         """One forward pass over a window of R rows at the committed length n. Row 0 is
         `tokens[0]`, the root (the last committed token, not yet in the cache). Row i sits at
         position n + depths[i] and attends to the committed prefix and to the rows c with
         ancestors[i, c] ([R, R] bool: itself and its ancestors). A draft tree gives both arrays
         (TokenTree.row_depths, TokenTree.ancestor_mask); a plain run of tokens, `chain(R)`.
         `exit_layer` K: the first K layers only, then the norm and LM head (an early-exit draft
-        pass; see Transformer.forward). Row i's keys go to slot n + i; nothing is committed."""
-        return self.scratch(tokens, depths, ancestors, self.cache.length, need_logits, exit_layer)
+        pass; see Transformer.forward). Row i's keys go to slot n + i; nothing is committed.
+        `summary`, need_logits False: RowScores' log_norm and window_logits too (rows' detail)."""
+        return self.scratch(tokens, depths, ancestors, self.cache.length, need_logits, exit_layer,
+                            summary)
 
     @torch.inference_mode()
     def scratch(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
-                at: int, need_logits: bool = True, exit_layer: int | None = None) -> RowScores:
+                at: int, need_logits: bool = True, exit_layer: int | None = None,
+                summary: bool = False) -> RowScores:
         """`verify` as if `at` tokens were committed: the rows attend to slots [0, at) whatever
         they hold and write slots [at, at + R) only; the committed length stays. `at` below the
         committed length would overwrite committed keys, so it is refused."""
@@ -381,8 +441,10 @@ class Session:
         if len(depths) != R or tuple(ancestors.shape) != (R, R):
             raise ValueError(f"a window of {R} rows needs {R} depths and ancestors [{R}, {R}], "
                              f"got {len(depths)} and {tuple(ancestors.shape)}")
+        summary = summary and not need_logits
         if rt.use_graphs:
-            return self._verify_graph(tokens, depths, ancestors, n, need_logits, exit_layer)
+            return self._verify_graph(tokens, depths, ancestors, n, need_logits, exit_layer,
+                                      summary)
         if n + R > cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         t = torch.tensor(tokens, dtype=torch.long, device=rt.device)
@@ -395,9 +457,11 @@ class Session:
         layout = WindowLayout(n, depth, ancestor_table(depths, ancestors).to(rt.device))
         slots = torch.arange(n, n + R, device=rt.device)
         logits = rt.model.forward(t, depth + n, mask, cache, slots, layout=layout,
-                                  exit_layer=exit_layer, top=0 if need_logits else TOPK)
+                                  exit_layer=exit_layer, top=0 if need_logits or summary else TOPK)
         if isinstance(logits, tuple):       # the head's top k alone (a screened CPU head)
             return RowScores(None, logits[0], logits[1])
+        if summary:                         # the whole logits (the normaliser needs them)
+            return summarize(logits, t, *head_top(rt.model, logits, TOPK))
         top = logits.topk(TOPK, dim=-1)
         return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
 
@@ -435,12 +499,15 @@ class Session:
         return self._buckets[b, exit_layer]
 
     def _verify_graph(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
-                      n: int, need_logits: bool, exit_layer: int | None = None) -> RowScores:
+                      n: int, need_logits: bool, exit_layer: int | None = None,
+                      summary: bool = False) -> RowScores:
         R = len(tokens)
         g = self._bucket(R, exit_layer)
         if n + g.rows > self.cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         g.replay(tokens, depths, ancestors, n)
+        if summary:                         # g.packed[:R]: the window's tokens, on the device
+            return summarize(g.logits[:R], g.packed[:R], g.top_values[:R], g.top_ids[:R])
         logits = g.logits[:R].float().cpu() if need_logits else None
         return RowScores(logits, g.top_values[:R].cpu(), g.top_ids[:R].cpu())
 

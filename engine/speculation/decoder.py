@@ -31,7 +31,7 @@ from engine.model.device import synchronize
 from engine.model.runtime import RowScores, Runtime, Session
 from engine.speculation import events as E
 from engine.speculation.drafters import DraftRequest, Drafter
-from engine.speculation.factory import Parts, PartsFactory
+from engine.speculation.factory import Parts, PartsFactory, Verifier
 from engine.speculation.ngram import NgramIndex
 from engine.speculation.policies import PlanContext
 from engine.speculation.sampling import Rng
@@ -93,7 +93,9 @@ class Decoder:
     observer (engine.lessons reads it), called once per window before its event is yielded,
     with the tree the window verified (its q rows, for a model draft; empty for a plain step)
     and the target's scores of that pass (`logits` raw, before penalties; None on the fast
-    path: greedy, no penalties, detail=False); it must not change them."""
+    path: greedy, no penalties, detail=False); it must not change them. Without an observer a
+    greedy run without penalties verifies on the fast path with detail too: the rows' detail
+    comes from the pass's summary (RowScores), not the whole logits."""
 
     def __init__(self, runtime: Runtime, prompt_ids: list[int], settings: DecodeSettings,
                  controls: "queue.Queue[DecodeSettings] | None" = None,
@@ -141,7 +143,7 @@ class Decoder:
     # -- the loop -------------------------------------------------------------------------
     def windows(self) -> Iterator[E.WindowEvent]:
         s = self.settings
-        parts = self.factory.build(s, detail=self.detail)   # may probe: before the clock starts
+        parts = self._build(s)                  # may probe: before the clock starts
         # every token the run commits, plus window rows only for a run that drafts (a window
         # never takes more rows than are free, so a prompt that fits plain decoding runs)
         session = self.session = self.rt.session(len(self.prompt_ids) + s.max_new_tokens,
@@ -176,7 +178,7 @@ class Decoder:
             plan = parts.policy.plan(PlanContext(remaining, lambda: bool(self.index.lookup()[1])))
             tree = self._propose(plan, parts.drafters.get(plan.drafter), session)
             t1 = time.perf_counter()
-            scores = self._verify(tree, session, parts.verifier.need_logits)
+            scores = self._verify(tree, session, parts.verifier)
             t2 = time.perf_counter()
             outcome = parts.verifier(tree, scores, self.context, self.rng)
             emitted, kinds, finish = self._commit(outcome, session, remaining, eos)
@@ -201,9 +203,9 @@ class Decoder:
         return drafter.propose(DraftRequest(self.context, self.index, root, plan.depth,
                                             plan.width, rows, self.settings.sampling, self.rng))
 
-    def _verify(self, tree: TokenTree, session: Session, need_logits: bool) -> RowScores:
+    def _verify(self, tree: TokenTree, session: Session, verifier: Verifier) -> RowScores:
         scores = session.verify([tree.root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
-                                need_logits=need_logits)
+                                need_logits=verifier.need_logits, summary=verifier.summary)
         if not bool(scores.top_values[:, 0].isfinite().all()):   # NaN ranks first in topk
             raise NumericalError(
                 f"the model's logits are NaN or infinite at position {session.length}: its weights or "
@@ -265,7 +267,10 @@ class Decoder:
         if self.index.n_min != s.ngram_min or self.index.n_max != s.ngram_max:
             self.index = NgramIndex(s.ngram_min, s.ngram_max)
             self.index.extend(self.context)
-        return self.factory.build(s, session, self.detail)
+        return self._build(s, session)
+
+    def _build(self, s: DecodeSettings, session: Session | None = None) -> Parts:
+        return self.factory.build(s, session, self.detail, observed=self.on_verify is not None)
 
     def run(self) -> dict[str, Any]:
         for _ in self.windows():

@@ -58,11 +58,15 @@ def make_drafter(name: str, match: str = "recent") -> Drafter | None:
 @dataclass(frozen=True)
 class Verifier:
     """The verdict on a window's scores: greedy on the top-k alone (the fast path: greedy, no
-    penalties, no rows shown), greedy on the full logits, or rejection sampling."""
+    penalties, no observer of a detailed run's logits), greedy on the full logits, or rejection
+    sampling. `summary`: the fast path of a run that shows its rows asks the pass for each row's
+    normaliser and its logits of the window's tokens too (RowScores), enough for every row's
+    top 5 probabilities and p without the whole logits; the verdict is the same either way."""
 
     sampling: SamplingConfig
     tie_margin: float
     need_logits: bool
+    summary: bool = False
 
     def __call__(self, tree: TokenTree, scores: RowScores, context: list[int],
                  rng: Rng) -> VerifyOutcome:
@@ -160,9 +164,11 @@ class PartsFactory:
 
     # -- the parts -------------------------------------------------------------------------
     def build(self, s: DecodeSettings, session: Session | None = None,
-              detail: bool = True) -> Parts:
+              detail: bool = True, observed: bool = False) -> Parts:
         """The parts for settings `s`. `session`: the run's, once it holds the request (a cost
-        probe then runs in its scratch slots, a new drafter begins on it)."""
+        probe then runs in its scratch slots, a new drafter begins on it). `detail`: the run's
+        events carry per-row detail; `observed`: an observer reads each window's scores, and
+        with detail it is given the whole logits (Decoder's on_verify)."""
         drafter = self.main_drafter(s, session)
         model = s.draft in MODEL_DRAFTERS
         if s.takeover and model:
@@ -181,8 +187,9 @@ class PartsFactory:
         drafters = {} if drafter is None else {s.draft: drafter}
         if self.ngram is not None:
             drafters["tree"] = self.ngram
-        fast = s.sampling.greedy and not s.sampling.penalized and not detail
-        return Parts(drafters, self._policy(s), Verifier(s.sampling, self.rt.tie_margin, not fast))
+        fast = s.sampling.greedy and not s.sampling.penalized and not (detail and observed)
+        return Parts(drafters, self._policy(s),
+                     Verifier(s.sampling, self.rt.tie_margin, not fast, detail and fast))
 
     def _policy(self, s: DecodeSettings) -> WindowPolicy:
         chooser = self.chooser if s.adaptive and s.draft != "none" else None

@@ -171,11 +171,23 @@ def _draft_probs(tree: TokenTree, probs: torch.Tensor,
     parent_rows = torch.tensor([p + 1 for p in tree.parents], device=probs.device)
     toks = torch.tensor(tree.tokens, device=probs.device)
     p_draft = [None] + probs[parent_rows, toks].tolist()
-    q_draft: list[float | None] = [None]
-    for i, tok in enumerate(tree.tokens):
-        qi = q[i] if q is not None else None
-        q_draft.append(None if qi is None else float(qi[tok]))
-    return p_draft, q_draft
+    return p_draft, [None] + draft_q_values(tree, q)
+
+
+def draft_q_values(tree: TokenTree, q: Sequence[torch.Tensor | None] | None) -> list[float | None]:
+    """Per node: q of its token (None: a point-mass draft), gathered in one transfer (a model
+    drafter's q rows stay on its device: one sync, not one per node)."""
+    out: list[float | None] = [None] * len(tree)
+    have = [i for i in range(len(tree)) if q is not None and q[i] is not None]
+    if not have:
+        return out
+    try:
+        vals = torch.stack([q[i][tree.tokens[i]] for i in have]).tolist()
+    except RuntimeError:                      # rows on different devices: one at a time
+        vals = [float(q[i][tree.tokens[i]]) for i in have]
+    for i, v in zip(have, vals):
+        out[i] = v
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+import torch
+
 from engine.speculation import events as E
 from engine.speculation.settings import DecodeSettings
 from engine.speculation.tree import TokenTree
+from engine.speculation.verify import draft_q_values
 
 if TYPE_CHECKING:
     from engine.cost.plan import Plan
@@ -26,16 +29,16 @@ def verify_rows(tree: TokenTree, scores: "RowScores", outcome: "VerifyOutcome",
 
     A row's top tokens come from the distribution the verdict used (outcome.probs: p when
     sampled, the softmax of the penalized logits when greedy); on the fast path, where only each
-    row's top-k left the device, from those raw scores.
+    row's top-k left the device, from its summary (the softmax's normaliser: the same
+    probabilities, RowScores), else from those raw scores. Every tensor is read in one batch;
+    token texts are the tokenizer's cached ones.
     """
+    top_ids, top_vals = _tops(scores, outcome)
+    p_draft, q_draft = _draft_pq(tree, scores, outcome)
     rows: list[E.VerifyRow] = []
     for r in range(tree.n_rows):
         node = r - 1
-        if outcome.probs is not None:
-            pv, pi = outcome.probs[r].topk(TOP_SHOWN)
-        else:
-            pv, pi = scores.top_values[r], scores.top_ids[r]
-        top = [(int(i), text(int(i)), float(v)) for v, i in zip(pv, pi)]
+        top = [(i, text(i), v) for i, v in zip(top_ids[r], top_vals[r])]
         dt = tree.tokens[node] if node >= 0 else None
         led = outcome.ledgers[r] if outcome.ledgers else None
         target = outcome.target_tokens[r]
@@ -43,11 +46,37 @@ def verify_rows(tree: TokenTree, scores: "RowScores", outcome: "VerifyOutcome",
             row=r, node=node, depth=0 if node < 0 else tree.depths[node],
             draft_token=dt, draft_text="" if dt is None else text(dt),
             target_token=target, target_text=text(target),
-            top=top, p=outcome.p_draft[r], q=outcome.q_draft[r],
+            top=top, p=p_draft[r], q=q_draft[r],
             accept_prob=outcome.accept_probs[r], outcome=outcome.row_outcomes[r],
             near_tie=outcome.near_ties[r], penalty=None if led is None else led.to_event(text),
         ))
     return rows
+
+
+def _tops(scores: "RowScores", outcome: "VerifyOutcome") -> tuple[list[list[int]], list[list[float]]]:
+    """Each row's TOP_SHOWN (ids, probabilities): one top-k over every row, one read-out."""
+    if outcome.probs is not None:
+        pv, pi = outcome.probs.topk(TOP_SHOWN, dim=-1)
+    else:
+        pv, pi = scores.top_values[:, :TOP_SHOWN], scores.top_ids[:, :TOP_SHOWN]
+        if scores.log_norm is not None:
+            pv = (pv.float() - scores.log_norm.float().unsqueeze(1)).exp()
+    return pi.tolist(), pv.float().tolist()
+
+
+def _draft_pq(tree: TokenTree, scores: "RowScores",
+              outcome: "VerifyOutcome") -> tuple[list[float | None], list[float | None]]:
+    """Per row: p of the node's token at its parent row and its q. The verdict's where it has
+    them; on the fast path from the pass's summary (exp(logit - log_norm) at the parent row)
+    and the tree's q rows."""
+    if (len(tree) == 0 or scores.log_norm is None or scores.window_logits is None
+            or any(x is not None for x in outcome.p_draft)):
+        return outcome.p_draft, outcome.q_draft
+    parents = torch.tensor([p + 1 for p in tree.parents])
+    nodes = torch.arange(1, tree.n_rows)
+    lse = scores.log_norm.float()
+    p = (scores.window_logits.float()[parents, nodes] - lse[parents]).exp().tolist()
+    return [None] + p, [None] + draft_q_values(tree, tree.q)
 
 
 def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "VerifyOutcome",
