@@ -29,7 +29,7 @@ from engine.io.prompts import encode_prompt  # noqa: E402
 from engine.io.workloads import code_edit_rows, specbench_rows  # noqa: E402
 from engine.session import open_runtime  # noqa: E402
 from engine.speculation.decoder import Decoder  # noqa: E402
-from engine.speculation.settings import USER_DEFAULTS, DecodeSettings  # noqa: E402
+from engine.speculation.settings import DecodeSettings, user_defaults  # noqa: E402
 
 FIXED = {
     "tree d4 w3": dict(draft="tree", depth=4, width=3),
@@ -39,7 +39,7 @@ FIXED = {
     "lookup d8": dict(draft="lookup", depth=8, width=1),
 }
 OTHER = {
-    "default": {},                                         # USER_DEFAULTS as shipped
+    "default": {},                     # user_defaults(this device) as shipped (USER_DEFAULTS on a GPU)
     "adaptive + floor": dict(adaptive=True, ar_floor=True),   # the default before 2026-12-03
     "adaptive, no floor": dict(adaptive=True, ar_floor=False),
     "tree d8 w3 + floor": dict(draft="tree", depth=8, width=3, adaptive=False, ar_floor=True),
@@ -49,8 +49,8 @@ OTHER = {
 MT_BENCH = ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
 
 
-def settings(name: str, n: int) -> DecodeSettings:
-    base = replace(USER_DEFAULTS, max_new_tokens=n)
+def settings(name: str, n: int, device_type: str | None = None) -> DecodeSettings:
+    base = replace(user_defaults(device_type), max_new_tokens=n)
     if name == "plain":
         return replace(base, draft="none", adaptive=False, ar_floor=False)
     if name in FIXED:
@@ -92,7 +92,7 @@ def main() -> int:
     t0 = time.perf_counter()
     warm = encode_prompt(rt.tokenizer, [{"role": "user", "content": "Say hello."}])
     for nm in names:                      # graphs, kernels and the card profile (the default's probe)
-        Decoder(rt, warm, settings(nm, 16), detail=a.detail).run()
+        Decoder(rt, warm, settings(nm, 16, rt.device.type), detail=a.detail).run()
     print(f"# {rt.device_name}, {rt.dtype_name}, detail {a.detail}, warm-up {time.perf_counter() - t0:.0f} s", flush=True)
     G = groups(a.per_category, a.offset)
     if a.groups:
@@ -107,7 +107,7 @@ def main() -> int:
         for i, msgs in enumerate(prompts):
             ids = encode_prompt(rt.tokenizer, msgs)
             order = names[i % len(names):] + names[:i % len(names)]
-            got = {nm: Decoder(rt, ids, settings(nm, a.new_tokens), detail=a.detail).run()
+            got = {nm: Decoder(rt, ids, settings(nm, a.new_tokens, rt.device.type), detail=a.detail).run()
                    for nm in order}
             plain = got["plain"]
             for nm in names:

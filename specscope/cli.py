@@ -48,22 +48,23 @@ def add_model_args(p: argparse.ArgumentParser, top: bool = True) -> None:
                         "activations), else dequantized")
 
 
-def _add_setting(g, f, default, dest: str | None = None) -> None:
+def _add_setting(g, f, default, dest: str | None = None, note: str = "") -> None:
     """One flag from its row of engine.speculation.setting_fields (the Controls panel's inputs
     come from the same rows, so the two keep one name, type and help)."""
     extra = {"dest": dest} if dest else {}
     if f.kind is bool:
-        g.add_argument(f.flag, action=argparse.BooleanOptionalAction, default=default, help=f.help, **extra)
+        g.add_argument(f.flag, action=argparse.BooleanOptionalAction, default=default, help=f.help + note, **extra)
     else:
         # the metavar from the flag, never from `dest` (the window's gui_ names are internal)
         metavar = f.metavar or (None if f.choices else f.flag.lstrip("-").upper().replace("-", "_"))
         g.add_argument(f.flag, type=None if f.kind is str else f.kind, default=default,
-                       choices=f.choices or None, metavar=metavar, help=f.help, **extra)
+                       choices=f.choices or None, metavar=metavar, help=f.help + note, **extra)
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     from engine.speculation.setting_fields import FIELDS
     d = USER_DEFAULTS              # a fixed tree behind the AR floor: --adaptive to price windows
+    by_device = device_dependent_fields()   # left None here, resolved for the device in settings_from_args
     g = p.add_argument_group("prompt")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="raw text to continue (no chat template)")
@@ -71,7 +72,16 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     groups = {"drafting": p.add_argument_group("drafting"), "sampling": p.add_argument_group("sampling")}
     for f in FIELDS:
         _add_setting(groups["drafting" if f.group == "drafting" else "sampling"], f,
-                     getattr(d.sampling if f.sampling else d, f.name))
+                     None if f.name in by_device else getattr(d.sampling if f.sampling else d, f.name),
+                     note=_device_default_note(f.name) if f.name in by_device else "")
+
+
+def _device_default_note(name: str) -> str:
+    from engine.speculation.settings import DEVICE_DEFAULTS
+    def word(v) -> str:
+        return ("on" if v else "off") if isinstance(v, bool) else str(v)
+    per = [f"{word(getattr(v, name))} on a {kind.upper()}" for kind, v in DEVICE_DEFAULTS.items()]
+    return f" (default: {', '.join(per)}, {word(getattr(USER_DEFAULTS, name))} on a GPU)"
 
 
 def add_window_draft_args(w) -> None:
@@ -105,10 +115,27 @@ def window_size(text: str) -> tuple[int, int]:
     return w, h
 
 
+def device_dependent_fields() -> set[str]:
+    """The settings whose default depends on the device (engine.speculation.settings
+    DEVICE_DEFAULTS): their flags default to None and settings_from_args fills them in."""
+    from dataclasses import fields
+    from engine.speculation.settings import DEVICE_DEFAULTS
+    return {f.name for f in fields(DecodeSettings)
+            if any(getattr(v, f.name) != getattr(USER_DEFAULTS, f.name) for v in DEVICE_DEFAULTS.values())}
+
+
 def settings_from_args(a: argparse.Namespace) -> DecodeSettings:
     # every decode flag's dest is the name of its settings field (--top-p -> top_p, a sampler
-    # field); from_dict takes the flat form and ignores the other options
-    return DecodeSettings.from_dict(vars(a))
+    # field); from_dict takes the flat form and ignores the other options. A flag left at None
+    # (a device-dependent default the user did not give) takes the device's default.
+    from engine.model.device import device_type
+    from engine.speculation.settings import user_defaults
+    flat = dict(vars(a))
+    unset = [k for k in device_dependent_fields() if flat.get(k) is None]
+    if unset:
+        dflt = user_defaults(device_type(flat.get("device") or "auto"))
+        flat.update({k: getattr(dflt, k) for k in unset})
+    return DecodeSettings.from_dict(flat)
 
 
 def prompt_from_args(a: argparse.Namespace):
@@ -135,10 +162,12 @@ def cmd_generate(a: argparse.Namespace) -> int:
     rt = open_runtime(a.model, a.device, a.dtype, progress=None if quiet else Progress(),
                       weights=a.weights)
     ids = encode_prompt(rt.tokenizer, prompt)
-    profile, probe_s = _cost_profile(rt, settings)
-    dec = Decoder(rt, ids, settings, detail=False, profile=profile,
+    dec = Decoder(rt, ids, settings, detail=False,    # a bad draft model fails here, before a probe
                   open_model=draft_opener(rt, weights=a.weights),
                   progress=Progress())        # a draft model's first run probes its cost too
+    profile, probe_s = _cost_profile(rt, settings)
+    if profile is not None:
+        dec.factory.profile = profile         # timed apart from the run (probe_s)
     if dec.notice:                            # e.g. a draft model larger than the target
         print(f"specscope: {dec.notice}", file=sys.stderr)
     if quiet:

@@ -39,7 +39,9 @@ def window_settings(args: argparse.Namespace):
     as a chain (width 1), as the controls switch to one."""
     from dataclasses import replace
 
-    from engine.speculation.settings import MODEL_DRAFTERS, USER_DEFAULTS as d
+    from engine.speculation.settings import MODEL_DRAFTERS, user_defaults
+    from engine.model.device import device_type
+    d = user_defaults(device_type(getattr(args, "device", None) or "auto"))
     draft = getattr(args, "gui_draft", d.draft)
     s = replace(d, draft=draft, width=1 if draft in MODEL_DRAFTERS else d.width,
                 draft_model=getattr(args, "gui_draft_model", None),

@@ -29,6 +29,12 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def device_type(name: str | None) -> str | None:
+    """The torch device type --device NAME runs on ("cpu" / "cuda", ROCm included); None when
+    NAME is unset."""
+    return pick_device(name).type if name else None
+
+
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.float32 if device.type == "cpu" else torch.bfloat16

@@ -108,3 +108,15 @@ class DecodeSettings:
 # `--adaptive` prices each window on the device's cost profile instead. DecodeSettings() itself
 # has the floor off: the library's explicit form, which tests and benchmarks pin.
 USER_DEFAULTS = DecodeSettings(adaptive=False, ar_floor=True)
+
+# The CPU's default differs (BENCHMARKS.md, "Answers that hold, measured (2026-12-04)"): there a
+# 25-row window costs several plain steps, so the fixed tree's probe windows are not paid back on
+# prompts that draft little, while adaptive windows priced on the CPU's profile stay small. The
+# AR floor stays on: a busy desktop whose speed moves under the profile falls back to plain steps.
+DEVICE_DEFAULTS = {"cpu": replace(USER_DEFAULTS, adaptive=True)}
+
+
+def user_defaults(device_type: str | None = None) -> DecodeSettings:
+    """What a user gets without choosing on a device of this type ("cpu", "cuda"; None: the
+    GPU's, USER_DEFAULTS). ROCm devices are "cuda" to torch."""
+    return DEVICE_DEFAULTS.get(device_type or "", USER_DEFAULTS)

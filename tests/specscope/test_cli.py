@@ -144,13 +144,29 @@ def test_one_parser_keeps_common_options_before_or_after_the_subcommand() -> Non
     assert a.no_probe and a.windows == 3 and a.command is None
 
 
-def test_a_fixed_tree_behind_the_ar_floor_is_the_default_and_the_flags_change_it() -> None:
+def test_the_default_is_the_devices_and_the_flags_change_it() -> None:
+    """A GPU's default is the fixed 8 x 3 tree behind the AR floor, a CPU's adaptive windows
+    behind it (BENCHMARKS.md, "Answers that hold, measured (2026-12-04)"); a flag given wins."""
+    import torch
+
+    from engine.speculation.settings import user_defaults
     from specscope.cli import build_parser, settings_from_args
     p = build_parser()
-    s = settings_from_args(p.parse_args(["generate"]))
-    assert not s.adaptive and s.ar_floor and (s.draft, s.depth, s.width) == ("tree", 8, 3)
-    s = settings_from_args(p.parse_args(["generate", "--adaptive", "--no-ar-floor"]))
-    assert s.adaptive and not s.ar_floor
+    gpu = user_defaults("cuda")
+    assert not gpu.adaptive and gpu.ar_floor and (gpu.draft, gpu.depth, gpu.width) == ("tree", 8, 3)
+    s = settings_from_args(p.parse_args(["generate", "--device", "cpu"]))
+    assert s.adaptive and s.ar_floor and (s.draft, s.depth, s.width) == ("tree", 8, 3)
+    here = "cuda" if torch.cuda.is_available() else "cpu"
+    assert settings_from_args(p.parse_args(["generate"])) == settings_from_args(
+        p.parse_args(["generate", "--device", here]))
+    for dev in ("cpu", "auto"):
+        s = settings_from_args(p.parse_args(["generate", "--device", dev, "--no-adaptive", "--no-ar-floor"]))
+        assert not s.adaptive and not s.ar_floor
+        s = settings_from_args(p.parse_args(["--device", dev, "generate", "--adaptive"]))
+        assert s.adaptive and s.ar_floor
+    assert "default: on on a CPU, off on a GPU" in " ".join(p.format_help().split()) or \
+        "default: on on a CPU, off on a GPU" in " ".join(
+            p._subparsers._group_actions[0].choices["generate"].format_help().split())
 
 
 def test_bad_weights_option_is_one_clear_line() -> None:

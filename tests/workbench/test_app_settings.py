@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from engine.speculation.settings import USER_DEFAULTS
+import torch
+
+from engine.speculation.settings import USER_DEFAULTS, user_defaults
 from specscope.cli import build_parser
 from workbench.app import window_settings
 
 
 def test_the_window_opens_with_the_users_defaults_and_its_draft_options():
-    # no options: the 8 x 3 tree behind the AR floor (BENCHMARKS.md, "The user default, measured")
-    assert window_settings(build_parser().parse_args([])) == USER_DEFAULTS
+    # no options: the device's default (BENCHMARKS.md, "Answers that hold, measured"): on a GPU
+    # the 8 x 3 tree behind the AR floor, on a CPU adaptive windows behind it
+    here = "cuda" if torch.cuda.is_available() else "cpu"
+    assert window_settings(build_parser().parse_args([])) == user_defaults(here)
+    assert window_settings(build_parser().parse_args(["--device", "cpu"])) == user_defaults("cpu")
+    assert user_defaults("cuda") == USER_DEFAULTS and user_defaults(None) == USER_DEFAULTS
+    assert user_defaults("cpu").adaptive and user_defaults("cpu").ar_floor and not USER_DEFAULTS.adaptive
     s = window_settings(build_parser().parse_args(
         ["--draft", "early-exit", "--exit-layer", "24", "--depth", "4", "--temperature", "0.7"]))
     assert (s.draft, s.exit_layer, s.depth, s.sampling.temperature) == ("early-exit", 24, 4, 0.7)
-    assert s.ar_floor and not s.adaptive      # model drafts get the floor like the n-gram ones
+    assert s.ar_floor and s.adaptive == user_defaults(here).adaptive   # model drafts: the floor too
     assert s.width == 1                       # a chain, as the README describes early exit
 
 

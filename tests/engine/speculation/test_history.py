@@ -51,7 +51,7 @@ from engine.io.prompts import encode_prompt
 from engine.io.workloads import load_workload
 from engine.model.runtime import PREFILL_BUCKETS, PREFILL_CHUNK, Runtime
 from engine.speculation.decoder import Decoder
-from engine.speculation.settings import USER_DEFAULTS, DecodeSettings
+from engine.speculation.settings import DecodeSettings, user_defaults
 
 NEW_TOKENS = 16
 LONG_TOKENS = 1990          # + 16 new fits 2048 slots; + 65 window rows does not
@@ -62,8 +62,9 @@ SETTINGS: dict[str, dict] = {
     "tree d8 w3": dict(draft="tree", depth=8, width=3),
     "tree d16 w3": dict(draft="tree", depth=16, width=3),
     "adaptive": dict(draft="tree", adaptive=True),
-    "user default": {f.name: getattr(USER_DEFAULTS, f.name)
-                     for f in dataclasses.fields(USER_DEFAULTS) if f.name != "max_new_tokens"},
+    # what a user of this device (the CPU) gets without choosing
+    "user default": {f.name: getattr(user_defaults("cpu"), f.name)
+                     for f in dataclasses.fields(DecodeSettings) if f.name != "max_new_tokens"},
     "takeover": dict(draft="early-exit", exit_layer=20, depth=3, width=2, takeover=True),
     "early exit": dict(draft="early-exit", exit_layer=20, depth=2, width=1),
     "draft model": dict(draft="model", draft_model=str(default_model_path()), depth=3, width=1),
