@@ -58,7 +58,8 @@ def native_q4k_default(device: torch.device) -> bool:
     """Whether Q4_K weights are kept in GGUF's own block order on the GPU (Q4_KN,
     engine.weights.packed.native_q4_k: the same values and, by construction, the same matmul
     bits; every load of the kernel's tile is a wide aligned one). Off unless
-    SPECSCOPE_Q4K_NATIVE=1 (on a GPU only), until a card measures it (bench/q4k_native_ab.py)."""
+    SPECSCOPE_Q4K_NATIVE=1 (on a GPU only): measured slower than Q4_K's planes on the H200
+    (bench/q4k_native_ab.py; BENCHMARKS.md, "The packed matmul, third round")."""
     return os.environ.get("SPECSCOPE_Q4K_NATIVE", "") == "1" and device.type == "cuda"
 
 
