@@ -25,6 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import torch  # noqa: E402
+
+from engine.model.device import leave_a_core_for_the_ui  # noqa: E402
 from engine.io.prompts import encode_prompt  # noqa: E402
 from engine.io.workloads import code_edit_rows, specbench_rows  # noqa: E402
 from engine.session import open_runtime  # noqa: E402
@@ -83,7 +86,13 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--detail", action="store_true",
                     help="per-row detail as the window decodes (default: as `generate`, the sweep and the race)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: as `generate` and the window, every core but one)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    else:
+        leave_a_core_for_the_ui()
     rt = open_runtime(a.model, a.device, "auto")
     names = ["plain", *FIXED, *OTHER]
     if a.settings:
