@@ -124,21 +124,52 @@ def _dot1(xt, w, acc, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _xload1(x_ptr, rm, kx, K, EVEN_K: tl.constexpr):
+    """x^T of a one-row launch (M == 1): row 0 of x at K positions kx [KP], loaded once as a
+    [KP] vector, then made the [KP, 16] dot operand in registers with columns 1..15 zero. The
+    operand is the one ``_xload`` gives at M == 1 (rows >= M masked to 0.0): the same dot on
+    the same values, so row 0 of the product is bit-identical; only the loads differ (KP
+    values instead of 16 masked rows of them).
+
+    Built as [16, KP] and transposed: Triton 3.6 then stores it to the dot's shared operand
+    without the register shuffle that a [KP, 16] ``where`` costs (sm_90: 128 registers, 4
+    barriers a loop trip, against 145 and 8). The reshape pair is a no-op in the compiled
+    code; in the CPU interpreter it makes the operand C-ordered (numpy's float32 matmul rounds
+    differently on a transposed view)."""
+    if EVEN_K:
+        xr = tl.load(x_ptr + kx)
+    else:
+        xr = tl.load(x_ptr + kx, mask=kx < K, other=0.0)
+    xt = tl.trans(tl.where(rm[:, None] == 0, xr[None, :], tl.zeros_like(xr)[None, :]))
+    return tl.reshape(tl.reshape(xt, [xt.shape[0] * xt.shape[1]]), xt.shape)
+
+
+@triton.jit
 def _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
-               NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+               NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
+               X1: tl.constexpr = False, XP: tl.constexpr = False):
     """acc_i[BN, 16] += w @ x[16i:16i+16, :]^T over one word tile.
 
     v0..v3: float32 weights [BN, JH, 4] of bytes 0..3 of the words; kxw [JH, 4]: the K
-    position of byte 0 of each word (bytes are consecutive in K)."""
+    position of byte 0 of each word (bytes are consecutive in K). X1 (a one-row launch, the
+    host's promise that M == 1; NMB is 1): x's one row loaded once (``_xload1``). XP: x was
+    permuted by the host so that this dot's K order is contiguous in memory; kxw is then the
+    scalar offset of the dot's first value (the same values in the same order: the same bits,
+    loaded as 16-byte vectors instead of 4-byte pairs)."""
     cdt = x_ptr.dtype.element_ty
     BN: tl.constexpr = v0.shape[0]
     JH: tl.constexpr = v0.shape[1]
     KP: tl.constexpr = JH * 16
     w = tl.reshape(_join4p(v0, v1, v2, v3).to(cdt), [BN, KP])
-    i2 = tl.arange(0, 2)
-    kx = tl.reshape(kxw[:, None, :, None] + 2 * i2[None, :, None, None] + i2[None, None, None, :], [KP])
-    kx = tl.max_contiguous(tl.multiple_of(kx, 2), 2)
+    if XP:
+        kx = tl.max_contiguous(tl.multiple_of(kxw + tl.arange(0, KP), 16), 16)
+    else:
+        i2 = tl.arange(0, 2)
+        kx = tl.reshape(kxw[:, None, :, None] + 2 * i2[None, :, None, None] + i2[None, None, None, :], [KP])
+        kx = tl.max_contiguous(tl.multiple_of(kx, 2), 2)
     rm = tl.arange(0, 16)
+    if X1:
+        return _dot1(_xload1(x_ptr, rm, kx, K, EVEN_K), w, acc0, IEEE), acc1, acc2, acc3
     xp = x_ptr + rm[None, :] * sxm + kx[:, None]
     acc0 = _dot1(_xload(xp, rm, kx, M, K, EVEN_K), w, acc0, IEEE)
     if NMB > 1:
@@ -153,11 +184,12 @@ def _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
 @triton.jit
 def _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a, b, mg, kxw, x_ptr, sxm, M, K,
                  P: tl.constexpr, HP: tl.constexpr, HB: tl.constexpr, FLAT: tl.constexpr,
-                 NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+                 NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
+                 X1: tl.constexpr = False, XP: tl.constexpr = False):
     """acc_i += one nibble half of a word tile @ x^T: byte i (0..3) of every word is the nibble
     at bit P + 8i of ``wq`` plus HB high bits at bit HP + 8i of ``wh`` (``_fval``), valued
     ``f * a + b`` (``_affine``), at K position ``kxw`` + i. FLAT: the words are [BN, X, Y, 4],
-    flattened to the [BN, X*Y, 4] that ``_dot_words`` takes."""
+    flattened to the [BN, X*Y, 4] that ``_dot_words`` takes. X1, XP: see ``_dot_words``."""
     v0 = tl.fma(_fval(wq, wh, P, HP, HB, IEEE, mg), a, b)
     v1 = tl.fma(_fval(wq, wh, P + 8, HP + 8, HB, IEEE, mg), a, b)
     v2 = tl.fma(_fval(wq, wh, P + 16, HP + 16, HB, IEEE, mg), a, b)
@@ -170,4 +202,4 @@ def _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a, b, mg, kxw, x_ptr, sxm, M, K
         v2 = tl.reshape(v2, [BN, JH, 4])
         v3 = tl.reshape(v3, [BN, JH, 4])
     return _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
-                      NMB, EVEN_K, IEEE)
+                      NMB, EVEN_K, IEEE, X1, XP)

@@ -77,13 +77,14 @@ its private pool.
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import triton
 
 from .dot_precision import gpu_backend, ieee_code
 from .triton_int8 import _i8_matmul
-from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel
+from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel, _xperm_order
 
 __all__ = ["packed_matmul", "packed_partials", "packed_swiglu", "swiglu_block", "kernel_config",
            "swiglu_from_partials",
@@ -132,6 +133,18 @@ _I8_TYPES = ("Q4_K",)
 _CONFIG_AS = {"Q4_KN": "Q4_K"}
 
 
+# X1 (Q4_K / Q4_KN / Q5_K, one-row launches): x's one row loaded once per dot and widened to
+# the 16-row dot operand in registers (triton_dequant._xload1), instead of 16 rows of which 15
+# are masked. XP (the same types, any row count): x permuted on the host (one small copy per
+# call) so that each dot's K order is contiguous in memory (triton_tiles._xperm_order): the x
+# tile is copied as 16-byte vectors instead of 4-byte pairs. Both feed the dots the same values
+# in the same order: bit-identical. Off until measured (bench/x1_ab.py); SPECSCOPE_X1=1 /
+# SPECSCOPE_XP=1 turn them on, the kernel_config keys X1 / XP override per call.
+_X1_TYPES = ("Q4_K", "Q4_KN", "Q5_K")
+_X1_DEFAULT = 1 if os.environ.get("SPECSCOPE_X1", "0") == "1" else 0
+_XP_DEFAULT = 1 if os.environ.get("SPECSCOPE_XP", "0") == "1" else 0
+
+
 def _wave_eff(programs: int, sms: int) -> float:
     return programs / (triton.cdiv(programs, sms) * sms)
 
@@ -167,6 +180,8 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     if cfg["I8"]:
         _i8_defaults(cfg)
     cfg.setdefault("JS", 4 if qtype in ("Q4_K", "Q5_K") else 8)
+    cfg.setdefault("X1", _X1_DEFAULT if qtype in _X1_TYPES else 0)
+    cfg.setdefault("XP", _XP_DEFAULT if qtype in _X1_TYPES else 0)
     return cfg
 
 
@@ -240,8 +255,9 @@ def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
     """The launch configuration of a shape: a function of (qtype, N, K, SM count) only, never
     of the number of activation rows (that is what makes the result row-invariant).
     ``override`` (BN, num_warps, num_stages, splits; I8 and the I8_* tile keys of the int8
-    path; HDR, how Q4_KN's tile reads its packed scales: loads only, the same bits) is for
-    benchmarks."""
+    path; HDR, how Q4_KN's tile reads its packed scales: loads only, the same bits; X1, the
+    one-row x load of Q4_K / Q4_KN / Q5_K, default SPECSCOPE_X1, and XP, x permuted to the
+    dots' K order, default SPECSCOPE_XP: loads only, the same bits) is for benchmarks."""
     return dict(_config(qtype, n, k, sms, tuple(sorted(override.items()))))
 
 
@@ -292,6 +308,10 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
     # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
     # dot_precision.py); 0 for 16-bit activations
     ieee = ieee_code(x2.dtype)
+    xp = bool(cfg.get("XP")) and qtype in _X1_TYPES and k % 256 == 0
+    if xp:
+        shape, perm = _xperm_order(x2.shape[0], k, cfg["JS"])
+        x2 = x2.reshape(shape).permute(perm).reshape(x2.shape[0], k)      # a contiguous copy
     for r0 in range(0, x2.shape[0], MAX_ROWS):
         xc = x2[r0:r0 + MAX_ROWS]
         m = xc.shape[0]
@@ -312,7 +332,10 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                     SPLIT=split, EVEN_K=k % 256 == 0, IEEE=ieee,
                     SB=cfg["SB"], JS=cfg["JS"], SWIGLU=swiglu, num_warps=cfg["num_warps"],
                     num_stages=_FEWER_STAGES.get(key, stages),
-                    **({"HDR": cfg.get("HDR", 1)} if qtype == "Q4_KN" else {}))
+                    **({"HDR": cfg.get("HDR", 1)} if qtype == "Q4_KN" else {}),
+                    # a one-row launch (the same bits as the 16-row slice: see _X1_DEFAULT)
+                    **({"X1": True} if m == 1 and cfg.get("X1") and qtype in _X1_TYPES else {}),
+                    **({"XP": True} if xp else {}))
                 break
             except triton.runtime.errors.OutOfResources:
                 # a wide variant that does not fit the card's shared memory: one pipeline

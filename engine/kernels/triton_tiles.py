@@ -164,13 +164,16 @@ def _k_subscales(psc, pmn, rn, kb, K32):
 @triton.jit
 def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, qrow, qoff, ph, d, dm, sc_lo, sc_hi, mn_lo, mn_hi,
              rn, kb, M, K, sxm, K32,
-             Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr):
+             Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr,
+             X1: tl.constexpr = False, XP: tl.constexpr = False):
     """Q4_K / Q5_K, one superblock from kb (d, dm: its f16 scales as float32 [BN, 1]; sc_*,
     mn_*: its sub-block scales and mins [BN, 4], ``_k_subscales``). The 128 qs bytes are int32
     words qoff.. of each row (row stride qrow words), 4 chunks of 32 bytes: chunk c byte j =
     value 64c+j (low nibble, sub-block 2c) and 64c+32+j (high nibble, 2c+1). Q5_K qh [N, K/8],
     32 bytes: bit s of byte j is the 5th bit of value 32s+j. Words [BN, jh, c]: chunk c, bytes
-    4jh.. Q4_KN reads the same words and scales from other addresses: the same arithmetic."""
+    4jh.. Q4_KN reads the same words and scales from other addresses: the same arithmetic.
+    X1: a one-row launch, x's row loaded once per dot (``_dot_words``): the same bits. XP: x
+    permuted by the host to the dots' K order (``_xperm_order``): the same bits."""
     c4 = tl.arange(0, 4)
     # value = (d * sc) * q - (dmin * mn); low nibbles at p = 16, high at p = 12 (see _fval)
     a_lo, b_lo = _affine(d * sc_lo.to(tl.float32), -(dm * mn_lo.to(tl.float32)), 16, IEEE)
@@ -197,11 +200,18 @@ def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, qrow, qoff, ph, d, dm, sc_lo, sc
             wh = wh >> (2 * c4)[None, None, :]         # bit 8i (+1): sub-block 2c (2c+1)
         else:
             wh = wq
-        kxw = kb + 64 * c4[None, :] + 4 * jh[:, None]                                # [JS, 4]
-        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_lo, b_lo, mg, kxw,
-                                              x_ptr, sxm, M, K, 0, 0, HB, False, NMB, True, IEEE)
-        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_hi, b_hi, mg, kxw + 32,
-                                              x_ptr, sxm, M, K, 4, 1, HB, False, NMB, True, IEEE)
+        if XP:
+            # x permuted on the host: this part's low-nibble dot reads x'[kb + 2 KP part ..],
+            # its high-nibble dot the next KP values (``_xperm_order``)
+            kx_lo = kb + part * (32 * JS)            # KP = 16 JS values a dot
+            kx_hi = kx_lo + 16 * JS
+        else:
+            kx_lo = kb + 64 * c4[None, :] + 4 * jh[:, None]                          # [JS, 4]
+            kx_hi = kx_lo + 32
+        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_lo, b_lo, mg, kx_lo,
+                                              x_ptr, sxm, M, K, 0, 0, HB, False, NMB, True, IEEE, X1, XP)
+        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_hi, b_hi, mg, kx_hi,
+                                              x_ptr, sxm, M, K, 4, 1, HB, False, NMB, True, IEEE, X1, XP)
     return acc0, acc1, acc2, acc3
 
 
@@ -255,25 +265,27 @@ def _kscales(pd, rn, kb, K256, SB: tl.constexpr):
 
 @triton.jit
 def _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, pd, pdm, psc, pmn, rn, kb, M, K, sxm, K8, K32, K256,
-               Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr):
+               Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr,
+               X1: tl.constexpr = False, XP: tl.constexpr = False):
     """Q4_K / Q5_K, SB superblocks from kb (``_sb_q45k`` each, ``ph`` unused for Q4_K)."""
     d0, d1 = _kscales(pd, rn, kb, K256, SB)
     m0, m1 = _kscales(pdm, rn, kb, K256, SB)
     sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb, K32)
     acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, K8, kb // 8, ph, d0, m0,
                                       sc_lo, sc_hi, mn_lo, mn_hi, rn, kb, M, K, sxm, K32,
-                                      Q5, NMB, IEEE, JS)
+                                      Q5, NMB, IEEE, JS, X1, XP)
     if SB == 2:
         sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb + 256, K32)
         acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, K8, (kb + 256) // 8, ph,
                                           d1, m1, sc_lo, sc_hi, mn_lo, mn_hi, rn, kb + 256, M, K, sxm,
-                                          K32, Q5, NMB, IEEE, JS)
+                                          K32, Q5, NMB, IEEE, JS, X1, XP)
     return acc0, acc1, acc2, acc3
 
 
 @triton.jit
 def _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
-             NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, HDR: tl.constexpr):
+             NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, HDR: tl.constexpr,
+             X1: tl.constexpr = False, XP: tl.constexpr = False):
     """Q4_KN, one superblock from kb: blk [N, K/256*144], GGUF's block_q4_K (d, dmin, 12
     bytes of 6-bit scales, 128 qs bytes) at byte 144 * (kb/256) of each row. Every load is at
     least 4 bytes wide and aligned, so the pipeliner copies all of them ahead (cp.async; Q4_K's
@@ -324,20 +336,29 @@ def _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
         sc_lo, sc_hi = tl.split(tl.reshape(sc, [BN, 4, 2]))                               # as Q4_K's
         mn_lo, mn_hi = tl.split(tl.reshape(mn, [BN, 4, 2]))
     return _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pb, qrow, qoff + 4, pb, d, dm,
-                    sc_lo, sc_hi, mn_lo, mn_hi, rn, kb, M, K, sxm, K32, False, NMB, IEEE, JS)
+                    sc_lo, sc_hi, mn_lo, mn_hi, rn, kb, M, K, sxm, K32, False, NMB, IEEE, JS, X1, XP)
 
 
 @triton.jit
 def _tile_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
                NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr,
-               HDR: tl.constexpr):
+               HDR: tl.constexpr, X1: tl.constexpr = False, XP: tl.constexpr = False):
     """Q4_KN, SB superblocks from kb (``_sb_q4kn`` each)."""
     acc0, acc1, acc2, acc3 = _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm,
-                                      K32, K256, NMB, IEEE, JS, HDR)
+                                      K32, K256, NMB, IEEE, JS, HDR, X1, XP)
     if SB == 2:
         acc0, acc1, acc2, acc3 = _sb_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb + 256, M, K,
-                                          sxm, K32, K256, NMB, IEEE, JS, HDR)
+                                          sxm, K32, K256, NMB, IEEE, JS, HDR, X1, XP)
     return acc0, acc1, acc2, acc3
+
+
+def _xperm_order(m: int, k: int, js: int) -> tuple:
+    """XP (Q4_K / Q5_K / Q4_KN): x [m, k] viewed as ``x.view(*shape).permute(*perm)`` and made
+    contiguous puts each superblock's values in the order its dots read them. In a superblock,
+    value 64c + 32h + 4jh + 2b1 + b0 (c: 32-byte chunk, h: low / high nibble, jh = JS part + j:
+    word, b1 b0: byte) feeds dot (part, h) at position 16j + 8b1 + 2c + b0 (``_sb_q45k``,
+    ``_join4p``); the dot (part, h) reads positions [(2 part + h) KP, +KP), KP = 16 JS."""
+    return (m, k // 256, 4, 2, 8 // js, js, 2, 2), (0, 1, 4, 3, 5, 6, 2, 7)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,12 +423,18 @@ def _packed_mm_kernel(
     M, N, K, sxm, som, sop, K4, K8, K16, K32, K256,
     TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
     EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
-    SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1,
+    SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1, X1: tl.constexpr = False,
+    XP: tl.constexpr = False,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
     output is silu(gate) * up of an interleaved gate|up weight (``_store_swiglu``). HDR: how
-    Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic)."""
+    Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic).
+    X1 (Q4_K / Q4_KN; the host sets it only for a one-row launch, M == 1, NMB 1): x's one row
+    is loaded once per dot and widened to the 16-row dot operand in registers
+    (``triton_dequant._xload1``) instead of 16 masked rows: the same dot operands, the same
+    bits. XP (Q4_K / Q5_K / Q4_KN): x was permuted by the host so that each dot's K order is
+    contiguous (``_xperm_order``): its loads are 16-byte vectors; the same bits."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
@@ -435,15 +462,15 @@ def _packed_mm_kernel(
         elif QT == 3:
             # Q4_K planes: qs, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p1, p2, p3, p4, rn, kb,
-                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB)
+                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP)
         elif QT == 4:
             # Q5_K planes: qs, qh, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, p4, p5, rn, kb,
-                                                M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB)
+                                                M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB, X1, XP)
         elif QT == 7:
             # Q4_KN plane: blk (GGUF's block_q4_K, 144 bytes a superblock)
             acc0, acc1, acc2, acc3 = _tile_q4kn(acc0, acc1, acc2, acc3, x_ptr, p0, rn, kb,
-                                                M, K, sxm, K32, K256, NMB, IEEE, JS, SB, HDR)
+                                                M, K, sxm, K32, K256, NMB, IEEE, JS, SB, HDR, X1, XP)
         elif QT == 6:
             # Q6_K8 planes: q8, sc, d
             acc0, acc1, acc2, acc3 = _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,

@@ -230,3 +230,54 @@ def test_q4_kn_is_bit_identical_to_q4_k(tk):
         xh = torch.randn(17, k, generator=g).half()
         for m in (1, 3, 16, 17):
             assert torch.equal(tk.packed_swiglu(xh[:m], wgn), tk.packed_swiglu(xh[:m], wg)), (n, k, m)
+
+
+@child_only
+def test_one_row_x_loads_are_bit_identical(tk):
+    """X1 (a one-row launch loads x's row once and widens it to the 16-row dot operand in
+    registers) and XP (x permuted by the host to the dots' K order, 16-byte loads) feed the dots
+    the same values in the same order: a one-row call with X1 / XP on equals the plain one-row
+    call and row 0 of 17- and 64-row calls, bit for bit; split K, one or two superblocks a step,
+    half-superblock dots (JS 4), Q4_KN and Q5_K, the SwiGLU epilogue and split partials."""
+    from engine.weights.packed import native_q4_k
+    assert tk.kernel_config("Q4_K", 48, 1024, 16)["X1"] == 0          # off by default
+    assert tk.kernel_config("Q4_K", 48, 1024, 16)["XP"] == 0
+    w, _ = _weight("Q4_K", 48, 1024, seed=11)
+    ws = {"Q4_K": w, "Q4_KN": native_q4_k(w), "Q5_K": _weight("Q5_K", 48, 1024, seed=12)[0]}
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(64, 1024, generator=g)
+    for dtype in (torch.float16, torch.float32):
+        xd = x.to(dtype)
+        for qt, ww in ws.items():
+            for over in ({}, {"splits": 2}, {"SB": 2, "JS": 4}, {"JS": 4}):
+                if qt != "Q4_K" and over.get("JS") == 4 and "SB" not in over:
+                    continue
+                ref = {m: tk.packed_matmul(xd[:m], ww, X1=0, XP=0, **over) for m in (1, 17, 64)}
+                for m in (17, 64):
+                    assert torch.equal(ref[1], ref[m][:1]), (qt, dtype, over, m)
+                for x1, xp in ((1, 0), (0, 1), (1, 1)):
+                    got = tk.packed_matmul(xd[:1], ww, X1=x1, XP=xp, **over)
+                    assert torch.equal(got, ref[1]), (qt, dtype, over, x1, xp)
+                    if xp:     # XP at more rows: the same bits too
+                        assert torch.equal(tk.packed_matmul(xd[:17], ww, X1=x1, XP=xp, **over),
+                                           ref[17]), (qt, dtype, over, x1, xp)
+                assert torch.equal(tk.packed_partials(xd[:1], ww, X1=1, **over),
+                                   tk.packed_partials(xd[:1], ww, X1=0, **over)), (qt, dtype, over)
+    # SwiGLU at one row (the fused layer's gate|up): in the epilogue (unsplit) and from split
+    # partials; X1 / XP come from SPECSCOPE_X1 / SPECSCOPE_XP there, so set the defaults
+    for n, k, splits in ((128, 256, 1), (128, 512, 2)):
+        wg, _ = _weight("Q4_K", n, k, seed=13)
+        assert tk.kernel_config("Q4_K", n, k, 16)["splits"] == splits
+        xh = torch.randn(17, k, generator=g).half()
+        want = tk.packed_swiglu(xh, wg)
+        for x1, xp in ((1, 0), (0, 1), (1, 1)):
+            old = tk._X1_DEFAULT, tk._XP_DEFAULT
+            tk._X1_DEFAULT, tk._XP_DEFAULT = x1, xp
+            tk._config.cache_clear()
+            try:
+                assert tk.kernel_config("Q4_K", n, k, 16)["X1"] == x1
+                got = tk.packed_swiglu(xh[:1], wg)
+            finally:
+                tk._X1_DEFAULT, tk._XP_DEFAULT = old
+                tk._config.cache_clear()
+            assert torch.equal(got, want[:1]), (n, k, x1, xp)
