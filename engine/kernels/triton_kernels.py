@@ -63,7 +63,10 @@ in GGUF's own 144-byte block order (engine.weights.packed.native_q4_k), so every
 tile is at least 4 bytes wide and aligned and the pipeliner copies all of them ahead (cp.async
 on NVIDIA; Q4_K's 2-byte d / dmin loads are synchronous). Its tile unpacks the 6-bit scales in
 registers and then runs Q4_K's arithmetic with Q4_K's configuration: the results are
-bit-identical to Q4_K's at every row count. bench/q4k_native_ab.py times the two.
+bit-identical to Q4_K's at every row count. bench/q4k_native_ab.py times the two: on the
+H200 it is SLOWER (28672x8192 at one row 113-167 us against Q4_K's 98.5; BENCHMARKS.md, "The
+packed matmul, third round"), so the synchronous scale loads were not what limits Q4_K. Kept
+off, for the A/B.
 
 Modules: this one picks the configuration and launches; ``triton_tiles.py`` holds the
 dequantizing kernel and its per-type tiles, ``triton_dequant.py`` the register dequantization
