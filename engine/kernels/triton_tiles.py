@@ -361,6 +361,19 @@ def _xperm_order(m: int, k: int, js: int) -> tuple:
     return (m, k // 256, 4, 2, 8 // js, js, 2, 2), (0, 1, 4, 3, 5, 6, 2, 7)
 
 
+@triton.jit
+def _tile_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, pd, rn, kb, M, K, sxm, K8, K16, K256,
+              NMB: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr):
+    """Q6_K, SB superblocks from kb (``_sb_q6k`` each)."""
+    d0, d1 = _kscales(pd, rn, kb, K256, SB)
+    acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, d0,
+                                     rn, kb, M, K, sxm, K8, K16, NMB, IEEE)
+    if SB == 2:
+        acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, d1,
+                                         rn, kb + 256, M, K, sxm, K8, K16, NMB, IEEE)
+    return acc0, acc1, acc2, acc3
+
+
 # ---------------------------------------------------------------------------------------------
 # the kernel
 
@@ -430,11 +443,8 @@ def _packed_mm_kernel(
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
     output is silu(gate) * up of an interleaved gate|up weight (``_store_swiglu``). HDR: how
     Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic).
-    X1 (Q4_K / Q4_KN; the host sets it only for a one-row launch, M == 1, NMB 1): x's one row
-    is loaded once per dot and widened to the 16-row dot operand in registers
-    (``triton_dequant._xload1``) instead of 16 masked rows: the same dot operands, the same
-    bits. XP (Q4_K / Q5_K / Q4_KN): x was permuted by the host so that each dot's K order is
-    contiguous (``_xperm_order``): its loads are 16-byte vectors; the same bits."""
+    X1 (one-row launches) and XP (x permuted by the host) change how x is loaded, never the dot
+    operands: the same bits (``triton_dequant._xload1``, ``_xperm_order``)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
@@ -477,12 +487,8 @@ def _packed_mm_kernel(
                                                 M, K, sxm, K4, K16, K256, NMB, IEEE)
         else:
             # Q6_K planes: ql, qh, sc, d
-            d0, d1 = _kscales(p3, rn, kb, K256, SB)
-            acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, d0,
-                                             rn, kb, M, K, sxm, K8, K16, NMB, IEEE)
-            if SB == 2:
-                acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, d1,
-                                                 rn, kb + 256, M, K, sxm, K8, K16, NMB, IEEE)
+            acc0, acc1, acc2, acc3 = _tile_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, rn, kb,
+                                               M, K, sxm, K8, K16, K256, NMB, IEEE, SB)
 
     _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU)
 
