@@ -141,11 +141,25 @@ _CONFIG_AS = {"Q4_KN": "Q4_K"}
 # are masked. XP (the same types, any row count): x permuted on the host (one small copy per
 # call) so that each dot's K order is contiguous in memory (triton_tiles._xperm_order): the x
 # tile is copied as 16-byte vectors instead of 4-byte pairs. Both feed the dots the same values
-# in the same order: bit-identical. Off until measured (bench/x1_ab.py); SPECSCOPE_X1=1 /
-# SPECSCOPE_XP=1 turn them on, the kernel_config keys X1 / XP override per call.
+# in the same order: bit-identical. Measured on the H200 (bench/x1_ab.py; BENCHMARKS.md, "The
+# packed matmul, third round"): X1 slower on every shape (0.71-1.15x), so off (SPECSCOPE_X1=1
+# turns it on); XP faster on the big Q4_K matrices (28672x8192 1.09x at one row, 1.28x at 16;
+# gate|up 1.16x / 1.30x; down 4096x12288 0.99x / 1.20x) and slower on the small ones (o 0.87x,
+# its permute copy costs more than it saves), so on by default for Q4_K weights of at least
+# _XP_MIN_WEIGHTS values on CUDA (ROCm: not measured, off); SPECSCOPE_XP=1 / 0 forces it on / off
+# for every shape, the kernel_config keys X1 / XP override per call.
 _X1_TYPES = ("Q4_K", "Q4_KN", "Q5_K")
 _X1_DEFAULT = 1 if os.environ.get("SPECSCOPE_X1", "0") == "1" else 0
-_XP_DEFAULT = 1 if os.environ.get("SPECSCOPE_XP", "0") == "1" else 0
+_XP_DEFAULT = {"0": 0, "1": 1}.get(os.environ.get("SPECSCOPE_XP", ""))   # None: by shape
+_XP_MIN_WEIGHTS = 32 << 20
+
+
+def _xp_default(qtype: str, n: int, k: int) -> int:
+    """Whether x is permuted for this shape by default (a function of the shape and backend
+    only; either way the bits are the same)."""
+    if _XP_DEFAULT is not None:
+        return _XP_DEFAULT if qtype in _X1_TYPES else 0
+    return int(qtype == "Q4_K" and n * k >= _XP_MIN_WEIGHTS and gpu_backend() == "cuda")
 
 
 def _wave_eff(programs: int, sms: int) -> float:
@@ -184,7 +198,7 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
         _i8_defaults(cfg)
     cfg.setdefault("JS", 4 if qtype in ("Q4_K", "Q5_K") else 8)
     cfg.setdefault("X1", _X1_DEFAULT if qtype in _X1_TYPES else 0)
-    cfg.setdefault("XP", _XP_DEFAULT if qtype in _X1_TYPES else 0)
+    cfg.setdefault("XP", _xp_default(qtype, n, k))
     return cfg
 
 
