@@ -1,7 +1,9 @@
 """A/B of the Q4_K packed matmul's x loads at ONE activation row (every plain decode step).
 
 Variants (engine.kernels.triton_kernels: kernel_config keys X1 / XP, in the model
-SPECSCOPE_X1=1 / SPECSCOPE_XP=1; both off by default):
+SPECSCOPE_X1=1 / SPECSCOPE_XP=0|1; X1 off by default, XP on for the big Q4_K matrices on CUDA
+since this A/B measured it, BENCHMARKS.md "The packed matmul, third round"; every variant
+below names both keys, so "base" is XP off whatever the default):
 
 * base: x's 16-row slice is copied per dot at the nibbles' K order, rows >= M masked (at one
   row 15 of 16 rows are zero-fills): 16 four-byte cp.async copies a superblock per thread;
