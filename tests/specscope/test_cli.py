@@ -125,7 +125,8 @@ def test_roofline_prices_a_draft_model_and_named_exit_layers(tmp_path) -> None:
     for c in rows:
         k, draft, window, needed, most = int(c[0]), float(c[1]), float(c[2]), float(c[3]), int(c[4])
         assert most == k + 1 and window > draft > 0
-        assert (" ".join(c[5:]) == "never pays") == (needed >= k + 1), c
+        if abs(needed - (k + 1)) > 0.005:     # printed to 2 decimals: 1.998 reads "2.00"
+            assert (" ".join(c[5:]) == "never pays") == (needed >= k + 1), c
         assert needed >= 0.6 * (k + 1), c
     bad = specscope("roofline", "--device", "cpu", "--exit-layers", "99", "--rows", "1")
     assert bad.returncode == 2 and "--exit-layers must lie between 1 and the model's 30 layers" in bad.stderr
