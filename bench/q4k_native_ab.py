@@ -94,6 +94,54 @@ def _warm(job):
     return n, k, override, err, time.time() - t0
 
 
+def device_facts(cpu: bool, **extra) -> tuple[int, dict]:
+    """(SM count, the result dict's header) of this run's device (the CPU dry run: 16 SMs)."""
+    import torch
+    import triton
+    if cpu:
+        sms, res = 16, {"device": "cpu (TRITON_INTERPRET=1, dry run)"}
+    else:
+        dev = torch.cuda.get_device_properties(0)
+        sms, res = dev.multi_processor_count, {"device": dev.name, "sms": dev.multi_processor_count}
+    res.update(torch=torch.__version__, triton=triton.__version__, peak_gbs=PEAK_GBS, **extra)
+    return sms, res
+
+
+def compile_in_workers(warm, jobs: list, workers: int, res: dict) -> None:
+    """Run warm(job) for every job in spawned workers (Triton's on-disk cache then serves this
+    process); compile_s and compile_errors ((n, k, what, error) of each job that failed) go into res."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    t0 = time.time()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+        done = list(ex.map(warm, jobs))
+    res["compile_s"] = time.time() - t0
+    res["compile_errors"] = [list(w[:4]) for w in done if w[3]]
+    print(f"compiled {len(jobs)} jobs in {res['compile_s']:.1f}s", flush=True)
+    for e in res["compile_errors"]:
+        print("COMPILE/LAUNCH ERROR", e, flush=True)
+
+
+def time_us(fns, copies: int, cpu: bool) -> float:
+    """µs a call: graph-replayed on the GPU; wall clock in the CPU dry run (meaningless there)."""
+    if cpu:
+        t0 = time.perf_counter()
+        for f in fns:
+            f()
+        return (time.perf_counter() - t0) * 1e6 / copies
+    from bench_packed_matmul import graph_time_us
+    return graph_time_us(fns) / copies
+
+
+def activations(shapes: dict, device: str, cpu: bool):
+    """64 rows of random activations as wide as the widest shape (float16 in the interpreter,
+    whose bf16 dots are broken; bfloat16 on the GPU)."""
+    import torch
+    gen = torch.Generator(device=device).manual_seed(123)
+    x = torch.randn(64, max(k for _, k in shapes.values()), device=device, generator=gen)
+    return x.to(torch.float16 if cpu else torch.bfloat16)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default="", help="write the results here")
@@ -105,7 +153,6 @@ def main() -> None:
     if cpu:
         os.environ["TRITON_INTERPRET"] = "1"      # before triton is imported
     import torch
-    import triton
 
     from engine.kernels import triton_kernels as tk
     t_start = time.time()
@@ -115,43 +162,16 @@ def main() -> None:
     sweep_rows = (1, 16) if cpu else SWEEP_ROWS
     check_rows = (1, 2, 3, 16, 17) if cpu else tuple(range(1, 65))
     big = next(iter(shapes.values()))
-    if cpu:
-        sms = 16
-        res = {"device": "cpu (TRITON_INTERPRET=1, dry run)"}
-    else:
-        dev = torch.cuda.get_device_properties(0)
-        sms = dev.multi_processor_count
-        res = {"device": dev.name, "sms": sms}
-    res.update(torch=torch.__version__, triton=triton.__version__, peak_gbs=PEAK_GBS,
-               shapes={}, sweep=[], identical=None)
-
-    # -- compile in parallel workers (Triton's on-disk cache then serves this process) -------
+    sms, res = device_facts(cpu, shapes={}, sweep=[], identical=None)
     if not cpu:
         jobs = [(n, k, {}, tuple(sorted({1, 17, 33, 49} | set(rows)))) for n, k in shapes.values()]
         jobs += [(big[0], big[1], o, sweep_rows) for o in sweep]
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        t0 = time.time()
-        with ProcessPoolExecutor(max_workers=args.workers, mp_context=mp.get_context("spawn")) as ex:
-            warm = list(ex.map(_warm, jobs))
-        res["compile_s"] = time.time() - t0
-        res["compile_errors"] = [[w[0], w[1], w[2], w[3]] for w in warm if w[3]]
-        print(f"compiled {len(jobs)} shape configs in {res['compile_s']:.1f}s", flush=True)
-        for e in res["compile_errors"]:
-            print("COMPILE/LAUNCH ERROR", e, flush=True)
+        compile_in_workers(_warm, jobs, args.workers, res)
 
     def timer(fns, copies):
-        if cpu:
-            t0 = time.perf_counter()
-            for f in fns:
-                f()
-            return (time.perf_counter() - t0) * 1e6 / copies
-        from bench_packed_matmul import graph_time_us
-        return graph_time_us(fns) / copies
+        return time_us(fns, copies, cpu)
 
-    gen = torch.Generator(device=args.device).manual_seed(123)
-    xall = torch.randn(64, max(k for _, k in shapes.values()), device=args.device, generator=gen)
-    xall = xall.to(torch.float16 if cpu else torch.bfloat16)   # interpreter: no bf16 dots
+    xall = activations(shapes, args.device, cpu)
 
     # -- bit-equality and timing, shape by shape --------------------------------------------
     n_same = n_all = 0

@@ -45,7 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from q4k_native_ab import CPU_SHAPES, L2_DEFEAT_BYTES, PEAK_GBS, SHAPES, gguf_bytes  # noqa: E402
+from q4k_native_ab import (CPU_SHAPES, L2_DEFEAT_BYTES, PEAK_GBS, SHAPES, activations,  # noqa: E402
+                           compile_in_workers, device_facts, gguf_bytes, time_us)
 
 VARIANTS = {"base": {"X1": 0, "XP": 0}, "X1": {"X1": 1, "XP": 0}, "XP": {"X1": 0, "XP": 1},
             "X1+XP": {"X1": 1, "XP": 1}}
@@ -108,48 +109,21 @@ def main() -> None:
     if cpu:
         os.environ["TRITON_INTERPRET"] = "1"      # before triton is imported
     import torch
-    import triton
 
     from engine.kernels import triton_kernels as tk
     t_start = time.time()
     shapes = CPU_SHAPES if cpu else SHAPES
     check_rows = (1, 2, 3, 16, 17) if cpu else tuple(range(1, 65))
-    if cpu:
-        sms = 16
-        res = {"device": "cpu (TRITON_INTERPRET=1, dry run)"}
-    else:
-        dev = torch.cuda.get_device_properties(0)
-        sms = dev.multi_processor_count
-        res = {"device": dev.name, "sms": sms}
-    res.update(torch=torch.__version__, triton=triton.__version__, peak_gbs=PEAK_GBS,
-               variants=VARIANTS, shapes={}, identical=None)
-
+    sms, res = device_facts(cpu, variants=VARIANTS, shapes={}, identical=None)
     if not cpu:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        t0 = time.time()
-        with ProcessPoolExecutor(max_workers=args.workers, mp_context=mp.get_context("spawn")) as ex:
-            jobs = [(n, k, t) for n, k in shapes.values()
-                    for t in [(v,) for v in VARIANTS] + [("rows", 0), ("rows", 1)]]
-            warm = list(ex.map(_warm, jobs))
-        res["compile_s"] = time.time() - t0
-        res["compile_errors"] = [list(w) for w in warm if w[3]]
-        print(f"compiled {len(jobs)} jobs ({len(shapes)} shapes) in {res['compile_s']:.1f}s", flush=True)
-        for e in res["compile_errors"]:
-            print("COMPILE/LAUNCH ERROR", e, flush=True)
+        jobs = [(n, k, t) for n, k in shapes.values()
+                for t in [(v,) for v in VARIANTS] + [("rows", 0), ("rows", 1)]]
+        compile_in_workers(_warm, jobs, args.workers, res)
 
     def timer(fns, copies):
-        if cpu:
-            t0 = time.perf_counter()
-            for f in fns:
-                f()
-            return (time.perf_counter() - t0) * 1e6 / copies
-        from bench_packed_matmul import graph_time_us
-        return graph_time_us(fns) / copies
+        return time_us(fns, copies, cpu)
 
-    gen = torch.Generator(device=args.device).manual_seed(123)
-    xall = torch.randn(64, max(k for _, k in shapes.values()), device=args.device, generator=gen)
-    xall = xall.to(torch.float16 if cpu else torch.bfloat16)   # interpreter: no bf16 dots
+    xall = activations(shapes, args.device, cpu)
 
     n_same = n_all = 0
     for name, (n, k) in shapes.items():

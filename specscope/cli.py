@@ -167,7 +167,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
                   progress=Progress())        # a draft model's first run probes its cost too
     profile, probe_s = _cost_profile(rt, settings)
     if profile is not None:
-        dec.factory.profile = profile         # timed apart from the run (probe_s)
+        dec.use_profile(profile)              # timed apart from the run (probe_s)
     if dec.notice:                            # e.g. a draft model larger than the target
         print(f"specscope: {dec.notice}", file=sys.stderr)
     if quiet:

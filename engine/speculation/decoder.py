@@ -133,6 +133,10 @@ class Decoder:
     notice = property(lambda self: self.factory.notice)
     draft_cost = property(lambda self: self.factory.draft_cost)
     profile = property(lambda self: self.factory.profile)
+
+    def use_profile(self, profile) -> None:
+        """Price windows on this cost profile (one the caller timed apart from the run)."""
+        self.factory.profile = profile
     new_tokens = property(lambda self: self.run_stats.new_tokens)
     windows_done = property(lambda self: self.run_stats.windows)
     wall_s = property(lambda self: self.run_stats.wall_s)

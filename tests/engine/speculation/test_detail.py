@@ -96,25 +96,26 @@ def test_detail_never_changes_a_token_and_shows_what_the_logits_give(cpu_runtime
         assert any(r.q is not None for ev in events for r in ev.rows)
 
 
-def test_the_graph_path_gives_the_same_rows(graph_runtime, ids) -> None:
-    off, _, _ = run(graph_runtime, ids, TREE, detail=False)
-    on, events, _ = run(graph_runtime, ids, TREE, detail=True)
-    old, old_events, _ = run(graph_runtime, ids, TREE, detail=True, observe=True)
+def detail_agrees(rt, ids, s) -> None:
+    """Detail off, on, and on with an observer (the whole logits, the old way): the same
+    tokens, and the same rows with detail on as the old way."""
+    off, _, _ = run(rt, ids, s, detail=False)
+    on, events, _ = run(rt, ids, s, detail=True)
+    old, old_events, _ = run(rt, ids, s, detail=True, observe=True)
     assert on.new_tokens == off.new_tokens == old.new_tokens
     for ev, ref in zip(events, old_events, strict=True):
         same_rows(ev, ref)
+
+
+def test_the_graph_path_gives_the_same_rows(graph_runtime, ids) -> None:
+    detail_agrees(graph_runtime, ids, TREE)
 
 
 def test_a_screened_head_decodes_the_same_with_detail(screened_runtime, ids) -> None:
     """Detail takes the head's whole logits (the normaliser needs them); their top 5 rank as
     the screen ranks them, so the verdict is the one without detail."""
     for s in (PLAIN, TREE):
-        off, _, _ = run(screened_runtime, ids, s, detail=False)
-        on, events, _ = run(screened_runtime, ids, s, detail=True)
-        old, old_events, _ = run(screened_runtime, ids, s, detail=True, observe=True)
-        assert on.new_tokens == off.new_tokens == old.new_tokens
-        for ev, ref in zip(events, old_events, strict=True):
-            same_rows(ev, ref)
+        detail_agrees(screened_runtime, ids, s)
 
 
 @pytest.mark.parametrize("which", ["eager", "graph", "screened"])
