@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine.kernels.dot_precision import compiling_for  # noqa: E402
 from engine.kernels.kernel_aot import TARGETS, compile_launch, record  # noqa: E402
 from engine.kernels.kernel_catalog import _meta, _meta_packed  # noqa: E402
 from engine.kernels import triton_kernels as tk  # noqa: E402
@@ -89,7 +90,8 @@ def header(asm: str, key: str) -> int | None:
 def mix(qtype: str, rows: int, dtype: torch.dtype, target_name: str) -> dict:
     t = TARGETS[target_name]
     n, k = SHAPE
-    cfg = tk.kernel_config(qtype, n, k, t.units)
+    with compiling_for(t.backend):          # the backend's own configuration (XP, RNE)
+        cfg = tk.kernel_config(qtype, n, k, t.units)
     launches = [launch for launch in record(
         lambda: tk.packed_matmul(_meta(rows, k, dtype=dtype), _meta_packed(qtype, n, k), **cfg),
         t.backend) if launch.name.endswith("_packed_mm_kernel")]

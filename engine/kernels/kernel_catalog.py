@@ -59,6 +59,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from engine.kernels.dot_precision import compiling_for
 from engine.kernels.kernel_aot import (TARGETS, Compiled, Launch, Target, compile_key,
                                      compile_launch, record)
 
@@ -117,9 +118,11 @@ def _meta_packed(qtype: str, n: int, k: int, device="meta"):
                                         for p, (s, d) in plane_shapes(qtype, n, k).items()})
 
 
-def packed_shape_classes(qtype: str, units: int, i8: bool = False) -> list[tuple[str, int, int, dict]]:
+def packed_shape_classes(qtype: str, units: int, i8: bool = False,
+                         backend: str = "cuda") -> list[tuple[str, int, int, dict]]:
     """One (class, N, K, config) per distinct configuration ``kernel_config`` picks for the
-    model shapes on a card with ``units`` compute units: the class names what differs (row
+    model shapes on a ``backend`` card with ``units`` compute units (the configuration as that
+    backend's launches take it: x permuted or not, bf16 rounding): the class names what differs (row
     block and warps, split K or not, superblocks per step, K a multiple of 256 or not). Each
     class keeps its shape with the most K tiles per program: the software pipeliner only
     stages loads (shared memory) when the loop has trips to overlap."""
@@ -129,7 +132,8 @@ def packed_shape_classes(qtype: str, units: int, i8: bool = False) -> list[tuple
     for n, k in MODEL_SHAPES:
         if k % sb:
             continue
-        cfg = tk.kernel_config(qtype, n, k, units, **({"I8": 1} if i8 else {}))
+        with compiling_for(backend):
+            cfg = tk.kernel_config(qtype, n, k, units, **({"I8": 1} if i8 else {}))
         split = " split" if cfg["splits"] > 1 else ""
         if i8:
             cls = "int8" + split
@@ -150,7 +154,7 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     shared memory) in bfloat16 (Q6_K)."""
     from engine.kernels import triton_kernels as tk
     for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
-        classes = packed_shape_classes(qtype, t.units)
+        classes = packed_shape_classes(qtype, t.units, backend=t.backend)
         for b, dtype in enumerate(DTYPES):
             for c, (cls, n, k, cfg) in enumerate(classes):
                 for m in ROW_CLASSES:
@@ -172,7 +176,7 @@ def _i8_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     bfloat16 32-row tile with the residual, float16 64-row tile without; kernels: the first."""
     from engine.kernels import triton_kernels as tk
     for qtype in tk._I8_TYPES:
-        classes = packed_shape_classes(qtype, t.units, i8=True)
+        classes = packed_shape_classes(qtype, t.units, i8=True, backend=t.backend)
         for c, (cls, n, k, cfg) in enumerate(classes):
             for dtype in (torch.bfloat16, torch.float16):
                 for m in (1, 17, 33):              # 16-, 32- and 64-row tiles

@@ -145,9 +145,30 @@ def _xload1(x_ptr, rm, kx, K, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def _to_dot_type(v, cdt: tl.constexpr, RNE: tl.constexpr):
+    """float32 weights -> the dot's dtype. RNE (bfloat16 on ROCm): round to nearest even in
+    integer ops, (bits + 0x7FFF + bit 16) >> 16, which is the hardware conversion's result for
+    every finite value and infinity (a packed weight is never NaN: its scales are checked
+    finite at load, engine.model.source), in ~2.5 instructions a weight where RDNA's compiled
+    conversion takes ~5.5 (a NaN check and select on top; gfx11/gfx12 have no bf16 convert)."""
+    if RNE and cdt == tl.bfloat16:
+        return _bf16_bits(v).to(tl.bfloat16, bitcast=True)
+    else:
+        return v.to(cdt)
+
+
+@triton.jit
+def _bf16_bits(v):
+    """The bfloat16 bits (uint16) of float32 ``v`` rounded to nearest even: the bits plus
+    0x7FFF plus bit 16 (ties go to the even half), then the top half."""
+    b = v.to(tl.uint32, bitcast=True)
+    return ((b + (((b >> 16) & 1) + 0x7FFF)) >> 16).to(tl.uint16)
+
+
+@triton.jit
 def _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
                NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
-               X1: tl.constexpr = False, XP: tl.constexpr = False):
+               X1: tl.constexpr = False, XP: tl.constexpr = False, RNE: tl.constexpr = False):
     """acc_i[BN, 16] += w @ x[16i:16i+16, :]^T over one word tile.
 
     v0..v3: float32 weights [BN, JH, 4] of bytes 0..3 of the words; kxw [JH, 4]: the K
@@ -155,12 +176,13 @@ def _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
     host's promise that M == 1; NMB is 1): x's one row loaded once (``_xload1``). XP: x was
     permuted by the host so that this dot's K order is contiguous in memory; kxw is then the
     scalar offset of the dot's first value (the same values in the same order: the same bits,
-    loaded as 16-byte vectors instead of 4-byte pairs)."""
+    loaded as 16-byte vectors instead of 4-byte pairs). RNE: the weights' bfloat16 rounding in
+    integer ops (``_to_dot_type``; ROCm): the same bits."""
     cdt = x_ptr.dtype.element_ty
     BN: tl.constexpr = v0.shape[0]
     JH: tl.constexpr = v0.shape[1]
     KP: tl.constexpr = JH * 16
-    w = tl.reshape(_join4p(v0, v1, v2, v3).to(cdt), [BN, KP])
+    w = tl.reshape(_to_dot_type(_join4p(v0, v1, v2, v3), cdt, RNE), [BN, KP])
     if XP:
         kx = tl.max_contiguous(tl.multiple_of(kxw + tl.arange(0, KP), 16), 16)
     else:
@@ -185,11 +207,11 @@ def _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
 def _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a, b, mg, kxw, x_ptr, sxm, M, K,
                  P: tl.constexpr, HP: tl.constexpr, HB: tl.constexpr, FLAT: tl.constexpr,
                  NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
-                 X1: tl.constexpr = False, XP: tl.constexpr = False):
+                 X1: tl.constexpr = False, XP: tl.constexpr = False, RNE: tl.constexpr = False):
     """acc_i += one nibble half of a word tile @ x^T: byte i (0..3) of every word is the nibble
     at bit P + 8i of ``wq`` plus HB high bits at bit HP + 8i of ``wh`` (``_fval``), valued
     ``f * a + b`` (``_affine``), at K position ``kxw`` + i. FLAT: the words are [BN, X, Y, 4],
-    flattened to the [BN, X*Y, 4] that ``_dot_words`` takes. X1, XP: see ``_dot_words``."""
+    flattened to the [BN, X*Y, 4] that ``_dot_words`` takes. X1, XP, RNE: see ``_dot_words``."""
     v0 = tl.fma(_fval(wq, wh, P, HP, HB, IEEE, mg), a, b)
     v1 = tl.fma(_fval(wq, wh, P + 8, HP + 8, HB, IEEE, mg), a, b)
     v2 = tl.fma(_fval(wq, wh, P + 16, HP + 16, HB, IEEE, mg), a, b)
@@ -202,4 +224,4 @@ def _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a, b, mg, kxw, x_ptr, sxm, M, K
         v2 = tl.reshape(v2, [BN, JH, 4])
         v3 = tl.reshape(v3, [BN, JH, 4])
     return _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
-                      NMB, EVEN_K, IEEE, X1, XP)
+                      NMB, EVEN_K, IEEE, X1, XP, RNE)

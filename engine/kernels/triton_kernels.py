@@ -152,6 +152,8 @@ _X1_TYPES = ("Q4_K", "Q4_KN", "Q5_K")
 _X1_DEFAULT = 1 if os.environ.get("SPECSCOPE_X1", "0") == "1" else 0
 _XP_DEFAULT = {"0": 0, "1": 1}.get(os.environ.get("SPECSCOPE_XP", ""))   # None: by shape
 _XP_MIN_WEIGHTS = 32 << 20
+# DW (Q4_K / Q5_K): d / dmin read as aligned words (triton_tiles._kscales); SPECSCOPE_DW=1 / 0
+_DW_DEFAULT = 1 if os.environ.get("SPECSCOPE_DW", "0") == "1" else 0
 
 
 def _xp_default(qtype: str, n: int, k: int) -> int:
@@ -167,7 +169,7 @@ def _wave_eff(programs: int, sms: int) -> float:
 
 
 @functools.lru_cache(maxsize=None)
-def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
+def _config(qtype: str, n: int, k: int, sms: int, override: tuple, backend: str) -> dict:
     qtype = _CONFIG_AS.get(qtype, qtype)
     sb = 2 if qtype in _KQUANTS and (k // 256) % 2 == 0 else 1
     cfg = _base_config(qtype, n, k, sms)
@@ -199,6 +201,15 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple) -> dict:
     cfg.setdefault("JS", 4 if qtype in ("Q4_K", "Q5_K") else 8)
     cfg.setdefault("X1", _X1_DEFAULT if qtype in _X1_TYPES else 0)
     cfg.setdefault("XP", _xp_default(qtype, n, k))
+    # RNE: bfloat16 weights rounded in integer ops on ROCm (triton_dequant._to_dot_type):
+    # RDNA has no bf16 conversion instruction and its compiled one checks for NaN, ~5.5
+    # instructions a weight against ~2.5; the same bits (the bench: bench/amdgcn_mix.py)
+    cfg.setdefault("RNE", int(backend == "hip"))
+    # DW: Q4_K / Q5_K's f16 d / dmin read as aligned words (triton_tiles._kscales): the same
+    # values; only where the planes hold an even count (the last word inside them)
+    cfg.setdefault("DW", _DW_DEFAULT)
+    if qtype not in ("Q4_K", "Q5_K") or (n * (k // 256)) % 2:
+        cfg["DW"] = 0
     return cfg
 
 
@@ -272,10 +283,11 @@ def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
     """The launch configuration of a shape: a function of (qtype, N, K, SM count) only, never
     of the number of activation rows (that is what makes the result row-invariant).
     ``override`` (BN, num_warps, num_stages, splits; I8 and the I8_* tile keys of the int8
-    path; HDR, how Q4_KN's tile reads its packed scales: loads only, the same bits; X1, the
+    path; HDR, how Q4_KN's tile reads its packed scales: loads only, the same bits; RNE, bf16
+    weights rounded in integer ops, default on ROCm: the same bits; X1, the
     one-row x load of Q4_K / Q4_KN / Q5_K, default SPECSCOPE_X1, and XP, x permuted to the
     dots' K order, default SPECSCOPE_XP: loads only, the same bits) is for benchmarks."""
-    return dict(_config(qtype, n, k, sms, tuple(sorted(override.items()))))
+    return dict(_config(qtype, n, k, sms, tuple(sorted(override.items())), gpu_backend()))
 
 
 def _qtype(w) -> str:
@@ -352,7 +364,14 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                     **({"HDR": cfg.get("HDR", 1)} if qtype == "Q4_KN" else {}),
                     # a one-row launch (the same bits as the 16-row slice: see _X1_DEFAULT)
                     **({"X1": True} if m == 1 and cfg.get("X1") and qtype in _X1_TYPES else {}),
-                    **({"XP": True} if xp else {}))
+                    **({"XP": True} if xp else {}),
+                    # bf16 weights rounded in integer ops (ROCm; the same bits: _config)
+                    **({"DW": True} if cfg.get("DW") else {}),
+                    # a register cap (CUDA; benchmarks: more programs an SM, spills)
+                    **({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") and gpu_backend() == "cuda"
+                       else {}),
+                    **({"RNE": True} if cfg.get("RNE") and x2.dtype == torch.bfloat16 and not ieee
+                       else {}))
                 break
             except triton.runtime.errors.OutOfResources:
                 # a wide variant that does not fit the card's shared memory: one pipeline

@@ -49,7 +49,7 @@ def _int8_fields(w, mg, IEEE: tl.constexpr):
 
 @triton.jit
 def _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32,
-               NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+               NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, RNE: tl.constexpr = False):
     """Q8_0, 256 values (8 blocks of 32) from kb: qs int8 [N, K], d f16 [N, K/32].
     Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3)."""
     BN: tl.constexpr = rn.shape[0]
@@ -76,12 +76,12 @@ def _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32
     v3 = tl.reshape(tl.fma(f3, a, b), [BN, 16, 4])
     kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [16, 4])
     return _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
-                      NMB, EVEN_K, IEEE)
+                      NMB, EVEN_K, IEEE, RNE=RNE)
 
 
 @triton.jit
 def _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm, K4, K16, K256,
-               NMB: tl.constexpr, IEEE: tl.constexpr):
+               NMB: tl.constexpr, IEEE: tl.constexpr, RNE: tl.constexpr = False):
     """Q6_K8 (Q6_K widened at load), one superblock from kb: q8 int8 [N, K] (q - 32), sc
     int8 [N, K/16], d f16 [N, K/256]. As ``_tile_q8_0`` (words [BN, bh, half, jw, c]: block
     4bh+c, word 4half+jw) with the scale d * sc of the word's 16-value group 2(4bh+c)+half."""
@@ -108,12 +108,13 @@ def _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm, K4
     kxw = tl.reshape(kb + 32 * blk[:, :, None, :] + 16 * hf[None, :, None, None]
                      + 4 * jw[None, None, :, None], [16, 4])
     return _dot_words(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kxw, x_ptr, sxm, M, K,
-                      NMB, True, IEEE)
+                      NMB, True, IEEE, RNE=RNE)
 
 
 @triton.jit
 def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
-                Q41: tl.constexpr, NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+                Q41: tl.constexpr, NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
+                RNE: tl.constexpr = False):
     """Q4_0 / Q4_1, 256 values (8 blocks of 32) from kb: qs [N, K/2] (per block 16 bytes,
     byte j = value j low nibble, value 16+j high nibble), d (, m) f16 [N, K/32].
     Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3)."""
@@ -145,9 +146,9 @@ def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8
     b_hi = b_hi[:, :, None, :]
     kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [8, 4])
     acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_lo, b_lo, mg, kxw,
-                                          x_ptr, sxm, M, K, 0, 0, 0, True, NMB, EVEN_K, IEEE)
+                                          x_ptr, sxm, M, K, 0, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
     return _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_hi, b_hi, mg, kxw + 16,
-                        x_ptr, sxm, M, K, 4, 0, 0, True, NMB, EVEN_K, IEEE)
+                        x_ptr, sxm, M, K, 4, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
 
 
 @triton.jit
@@ -165,7 +166,7 @@ def _k_subscales(psc, pmn, rn, kb, K32):
 def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, qrow, qoff, ph, d, dm, sc_lo, sc_hi, mn_lo, mn_hi,
              rn, kb, M, K, sxm, K32,
              Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr,
-             X1: tl.constexpr = False, XP: tl.constexpr = False):
+             X1: tl.constexpr = False, XP: tl.constexpr = False, RNE: tl.constexpr = False):
     """Q4_K / Q5_K, one superblock from kb (d, dm: its f16 scales as float32 [BN, 1]; sc_*,
     mn_*: its sub-block scales and mins [BN, 4], ``_k_subscales``). The 128 qs bytes are int32
     words qoff.. of each row (row stride qrow words), 4 chunks of 32 bytes: chunk c byte j =
@@ -209,15 +210,15 @@ def _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, qrow, qoff, ph, d, dm, sc_lo, sc
             kx_lo = kb + 64 * c4[None, :] + 4 * jh[:, None]                          # [JS, 4]
             kx_hi = kx_lo + 32
         acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_lo, b_lo, mg, kx_lo,
-                                              x_ptr, sxm, M, K, 0, 0, HB, False, NMB, True, IEEE, X1, XP)
+                                              x_ptr, sxm, M, K, 0, 0, HB, False, NMB, True, IEEE, X1, XP, RNE)
         acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_hi, b_hi, mg, kx_hi,
-                                              x_ptr, sxm, M, K, 4, 1, HB, False, NMB, True, IEEE, X1, XP)
+                                              x_ptr, sxm, M, K, 4, 1, HB, False, NMB, True, IEEE, X1, XP, RNE)
     return acc0, acc1, acc2, acc3
 
 
 @triton.jit
 def _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, d, rn, kb, M, K, sxm, K8, K16,
-            NMB: tl.constexpr, IEEE: tl.constexpr):
+            NMB: tl.constexpr, IEEE: tl.constexpr, RNE: tl.constexpr = False):
     """Q6_K, one superblock from kb (d: f16 scale as float32 [BN, 1]). ql [N, K/2] (128
     bytes), qh [N, K/4] (64), sc i8 [N, K/16]. Value 128h + 32j + l (h 0..1, j 0..3, l 0..31):
     low 4 bits = ql[64h + 32(j%2) + l] >> 4(j//2), high 2 bits = qh[32h + l] >> 2j,
@@ -245,15 +246,30 @@ def _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, d, rn, kb, M, K, sxm, K8
     kxw = tl.reshape(kb + 128 * hh[:, None, None] + 4 * lw[None, :, None]
                      + (32 * (c4 // 2) + 16 * (c4 % 2))[None, None, :], [8, 4])
     acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_lo, b_lo, mg, kxw,
-                                          x_ptr, sxm, M, K, 0, 0, 2, True, NMB, True, IEEE)
+                                          x_ptr, sxm, M, K, 0, 0, 2, True, NMB, True, IEEE, RNE=RNE)
     return _dot_nibbles(acc0, acc1, acc2, acc3, wq, wh, a_hi, b_hi, mg, kxw + 64,
-                        x_ptr, sxm, M, K, 4, 4, 2, True, NMB, True, IEEE)
+                        x_ptr, sxm, M, K, 4, 4, 2, True, NMB, True, IEEE, RNE=RNE)
 
 
 @triton.jit
-def _kscales(pd, rn, kb, K256, SB: tl.constexpr):
+def _kscales(pd, rn, kb, K256, SB: tl.constexpr, DW: tl.constexpr = False):
     """The f16 superblock scale of rows rn for superblocks kb/256 .. (+SB-1) as float32
-    [BN, 1] each (SB = 2: one 4-byte load per row, which the pipeliner can copy ahead)."""
+    [BN, 1] each (SB = 2: one 4-byte load per row, which the pipeliner can copy ahead).
+    DW: read as the aligned 4-byte word that holds it (and its neighbour), whatever SB: a
+    2-byte load is synchronous (Nsight Compute on the H100: a fifth of the one-row kernel's
+    stall samples waited on it), a word is copied ahead with the tile. The host sets DW only
+    when the plane has an even number of values (the last word is inside it)."""
+    if DW:
+        i = rn[:, None] * K256 + kb // 256
+        w = tl.load(pd.to(tl.pointer_type(tl.int32)) + i // 2)
+        if SB == 2:      # i even (K256 even): the word is superblocks kb and kb + 256
+            lo = w
+            hi = w >> 16
+        else:
+            lo = w >> ((i % 2) * 16)
+            hi = lo
+        return (lo.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32),
+                hi.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32))
     if SB == 2:
         dd = tl.load(pd + rn[:, None] * K256 + kb // 256 + tl.arange(0, 2)[None, :])
         d0, d1 = tl.split(dd.to(tl.float32))
@@ -266,19 +282,21 @@ def _kscales(pd, rn, kb, K256, SB: tl.constexpr):
 @triton.jit
 def _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, pd, pdm, psc, pmn, rn, kb, M, K, sxm, K8, K32, K256,
                Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr,
-               X1: tl.constexpr = False, XP: tl.constexpr = False):
-    """Q4_K / Q5_K, SB superblocks from kb (``_sb_q45k`` each, ``ph`` unused for Q4_K)."""
-    d0, d1 = _kscales(pd, rn, kb, K256, SB)
-    m0, m1 = _kscales(pdm, rn, kb, K256, SB)
+               X1: tl.constexpr = False, XP: tl.constexpr = False, RNE: tl.constexpr = False,
+               DW: tl.constexpr = False):
+    """Q4_K / Q5_K, SB superblocks from kb (``_sb_q45k`` each, ``ph`` unused for Q4_K; DW:
+    ``_kscales``)."""
+    d0, d1 = _kscales(pd, rn, kb, K256, SB, DW)
+    m0, m1 = _kscales(pdm, rn, kb, K256, SB, DW)
     sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb, K32)
     acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, K8, kb // 8, ph, d0, m0,
                                       sc_lo, sc_hi, mn_lo, mn_hi, rn, kb, M, K, sxm, K32,
-                                      Q5, NMB, IEEE, JS, X1, XP)
+                                      Q5, NMB, IEEE, JS, X1, XP, RNE)
     if SB == 2:
         sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb + 256, K32)
         acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, K8, (kb + 256) // 8, ph,
                                           d1, m1, sc_lo, sc_hi, mn_lo, mn_hi, rn, kb + 256, M, K, sxm,
-                                          K32, Q5, NMB, IEEE, JS, X1, XP)
+                                          K32, Q5, NMB, IEEE, JS, X1, XP, RNE)
     return acc0, acc1, acc2, acc3
 
 
@@ -363,14 +381,14 @@ def _xperm_order(m: int, k: int, js: int) -> tuple:
 
 @triton.jit
 def _tile_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, pd, rn, kb, M, K, sxm, K8, K16, K256,
-              NMB: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr):
+              NMB: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, RNE: tl.constexpr = False):
     """Q6_K, SB superblocks from kb (``_sb_q6k`` each)."""
     d0, d1 = _kscales(pd, rn, kb, K256, SB)
     acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, d0,
-                                     rn, kb, M, K, sxm, K8, K16, NMB, IEEE)
+                                     rn, kb, M, K, sxm, K8, K16, NMB, IEEE, RNE)
     if SB == 2:
         acc0, acc1, acc2, acc3 = _sb_q6k(acc0, acc1, acc2, acc3, x_ptr, pl, ph, psc, d1,
-                                         rn, kb + 256, M, K, sxm, K8, K16, NMB, IEEE)
+                                         rn, kb + 256, M, K, sxm, K8, K16, NMB, IEEE, RNE)
     return acc0, acc1, acc2, acc3
 
 
@@ -437,14 +455,15 @@ def _packed_mm_kernel(
     TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
     EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
     SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1, X1: tl.constexpr = False,
-    XP: tl.constexpr = False,
+    XP: tl.constexpr = False, RNE: tl.constexpr = False, DW: tl.constexpr = False,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
     output is silu(gate) * up of an interleaved gate|up weight (``_store_swiglu``). HDR: how
     Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic).
     X1 (one-row launches) and XP (x permuted by the host) change how x is loaded, never the dot
-    operands: the same bits (``triton_dequant._xload1``, ``_xperm_order``)."""
+    operands: the same bits (``triton_dequant._xload1``, ``_xperm_order``); RNE (ROCm) rounds
+    the weights to bfloat16 in integer ops, the same bits (``triton_dequant._to_dot_type``)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
@@ -462,21 +481,21 @@ def _packed_mm_kernel(
         kb = (pid_s * TPS + i) * (256 * SB)
         if QT == 0:
             acc0, acc1, acc2, acc3 = _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, p0, p1, rn, kb,
-                                                M, K, sxm, K4, K32, NMB, EVEN_K, IEEE)
+                                                M, K, sxm, K4, K32, NMB, EVEN_K, IEEE, RNE)
         elif QT == 1:
             acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p1, rn, kb,
-                                                 M, K, sxm, K8, K32, False, NMB, EVEN_K, IEEE)
+                                                 M, K, sxm, K8, K32, False, NMB, EVEN_K, IEEE, RNE)
         elif QT == 2:
             acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,
-                                                 M, K, sxm, K8, K32, True, NMB, EVEN_K, IEEE)
+                                                 M, K, sxm, K8, K32, True, NMB, EVEN_K, IEEE, RNE)
         elif QT == 3:
             # Q4_K planes: qs, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p1, p2, p3, p4, rn, kb,
-                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP)
+                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP, RNE, DW)
         elif QT == 4:
             # Q5_K planes: qs, qh, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, p4, p5, rn, kb,
-                                                M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB, X1, XP)
+                                                M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB, X1, XP, RNE, DW)
         elif QT == 7:
             # Q4_KN plane: blk (GGUF's block_q4_K, 144 bytes a superblock)
             acc0, acc1, acc2, acc3 = _tile_q4kn(acc0, acc1, acc2, acc3, x_ptr, p0, rn, kb,
@@ -484,11 +503,11 @@ def _packed_mm_kernel(
         elif QT == 6:
             # Q6_K8 planes: q8, sc, d
             acc0, acc1, acc2, acc3 = _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,
-                                                M, K, sxm, K4, K16, K256, NMB, IEEE)
+                                                M, K, sxm, K4, K16, K256, NMB, IEEE, RNE)
         else:
             # Q6_K planes: ql, qh, sc, d
             acc0, acc1, acc2, acc3 = _tile_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, rn, kb,
-                                               M, K, sxm, K8, K16, K256, NMB, IEEE, SB)
+                                               M, K, sxm, K8, K16, K256, NMB, IEEE, SB, RNE)
 
     _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU)
 

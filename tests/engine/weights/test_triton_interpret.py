@@ -190,6 +190,47 @@ def test_int8_path_split_k(tk):
 
 
 @child_only
+def test_integer_bf16_rounding_is_the_conversion(tk):
+    """RNE (ROCm's default) rounds the dequantized weights to bfloat16 in integer ops
+    (triton_dequant._bf16_bits): the bits of torch's float32 -> bfloat16 conversion for every
+    value a packed weight can take: ties both ways, carries into the exponent, subnormals,
+    zeros, the largest floats (overflow to infinity) and random values of every exponent. The
+    config turns it on by backend only (ROCm), never by row count."""
+    import triton
+    import triton.language as tl
+
+    from engine.kernels.triton_dequant import _bf16_bits
+    globals()["_bf16_bits"] = _bf16_bits       # the jitted test kernel resolves it here
+
+    @triton.jit
+    def _round(src, dst, N: tl.constexpr):
+        i = tl.arange(0, N)
+        tl.store(dst + i, _bf16_bits(tl.load(src + i)).to(tl.int16, bitcast=True))
+
+    bits = [0x3F808000, 0x3F818000, 0x3F80_7FFF, 0x3F80_8001, 0x3FFF_8000, 0x7F7F_FFFF,
+            0x7F7F_8000, 0x7F7F_7FFF, 0x0000_8000, 0x0001_8000, 0x0000_0001, 0x8000_0000,
+            0x0000_0000, 0xBF80_8000, 0xBF81_8000, 0xFF7F_FFFF, 0x7F80_0000, 0xFF80_0000,
+            0x007F_FFFF, 0x4B00_0000]
+    g = torch.Generator().manual_seed(3)
+    rand = torch.randint(0, 1 << 31, (4096 - len(bits),), generator=g, dtype=torch.int64)
+    rand = rand & ~(0xFF << 23) | (torch.randint(1, 255, rand.shape, generator=g) << 23)  # no NaN
+    sign = torch.randint(0, 2, rand.shape, generator=g) << 31
+    allb = torch.tensor(bits + (rand | sign).tolist(), dtype=torch.int64)
+    v = (allb - (allb >= 1 << 31).long() * (1 << 32)).to(torch.int32).view(torch.float32)
+    out = torch.empty(len(v), dtype=torch.int16)
+    _round[(1,)](v, out, N=len(v))
+    assert torch.equal(out, v.to(torch.bfloat16).view(torch.int16))
+    from engine.kernels.dot_precision import compiling_for
+    assert tk.kernel_config("Q4_K", 48, 1024, 16)["RNE"] == 0
+    with compiling_for("hip"):
+        assert tk.kernel_config("Q4_K", 48, 1024, 16)["RNE"] == 1
+    # float16 / float32 activations take the plain conversion either way: the same products
+    x = torch.randn(3, 1024, generator=g).half()
+    w, _ = _weight("Q4_K", 48, 1024, seed=7)
+    assert torch.equal(tk.packed_matmul(x, w, RNE=1), tk.packed_matmul(x, w, RNE=0))
+
+
+@child_only
 def test_config_does_not_depend_on_rows(tk):
     """The launch configuration is a function of the weight shape only (row invariance)."""
     import inspect
