@@ -54,6 +54,14 @@ bank-conflicted word loads from shared memory). Q5_K/Q6_K also round-trip the de
 tile through shared memory (the 5th/6th-bit merge defeats the layout propagation), which
 costs them more.
 
+ROCm (RDNA3/4): the bfloat16 weights are rounded in integer ops (RNE, ``_to_dot_type``: the
+same bits; RDNA has no bf16 convert and the compiled one checks for NaN) and Q4_K's superblock
+is dequantized straight into the layout of RDNA's WMMA operand (``triton_rdna.py``: its own K
+order, so its own bits, row-invariant like every order here). Static counts of the gfx1201 K
+loop (bench/amdgcn_mix.py, 12288x4096, bf16): 13.9 -> 8.2 instructions a weight at one row,
+20.2 -> 9.5 at 64 rows, no spills; gfx1100 15.3 -> 11.7 and 33.3 -> 22.3. No RDNA card was
+at hand: how much faster that runs is not measured.
+
 int8 path (opt-in, ``I8=1``; Q4_K with bf16/fp16 activations): integer tensor-core dots on
 activations quantized per row, measured slower than the dequantizing kernel on the H200, so
 off by default. See ``triton_int8.py``.
@@ -70,7 +78,7 @@ off, for the A/B.
 
 Modules: this one picks the configuration and launches; ``triton_tiles.py`` holds the
 dequantizing kernel and its per-type tiles, ``triton_dequant.py`` the register dequantization
-helpers they share, ``triton_int8.py`` the int8 path.
+helpers they share, ``triton_rdna.py`` Q4_K's RDNA order, ``triton_int8.py`` the int8 path.
 
 CUDA graphs: no host syncs, no ``.item()``, no data-dependent shapes; the only allocations are
 ``torch.empty`` (output and, for split shapes, the workspace), which graph capture serves from
@@ -146,9 +154,14 @@ _CONFIG_AS = {"Q4_KN": "Q4_K"}
 # turns it on); XP faster on the big Q4_K matrices (28672x8192 1.09x at one row, 1.28x at 16;
 # gate|up 1.16x / 1.30x; down 4096x12288 0.99x / 1.20x) and slower on the small ones (o 0.87x,
 # its permute copy costs more than it saves), so on by default for Q4_K weights of at least
-# _XP_MIN_WEIGHTS values on CUDA (ROCm: not measured, off); SPECSCOPE_XP=1 / 0 forces it on / off
-# for every shape, the kernel_config keys X1 / XP override per call.
+# _XP_MIN_WEIGHTS values. On ROCm Q4_K takes the RDNA order (triton_rdna) and XP permutes x into
+# that order: the gfx1201 loop then reads x as 16-byte vectors instead of 2-byte gathers (9.09
+# -> 8.22 instructions a weight at one row, 9.45 against ~12 at 64; bench/amdgcn_mix.py), the
+# copy's cost on the card not measured (no RDNA card here), the same size threshold as CUDA's.
+# SPECSCOPE_XP=1 / 0 forces it on / off for every shape, the kernel_config keys X1 / XP
+# override per call.
 _X1_TYPES = ("Q4_K", "Q4_KN", "Q5_K")
+_RDNA_TYPES = ("Q4_K", "Q4_0", "Q4_1", "Q8_0")     # triton_rdna's orders (ROCm, 16-bit activations)
 _X1_DEFAULT = 1 if os.environ.get("SPECSCOPE_X1", "0") == "1" else 0
 _XP_DEFAULT = {"0": 0, "1": 1}.get(os.environ.get("SPECSCOPE_XP", ""))   # None: by shape
 _XP_MIN_WEIGHTS = 32 << 20
@@ -161,7 +174,7 @@ def _xp_default(qtype: str, n: int, k: int) -> int:
     only; either way the bits are the same)."""
     if _XP_DEFAULT is not None:
         return _XP_DEFAULT if qtype in _X1_TYPES else 0
-    return int(qtype == "Q4_K" and n * k >= _XP_MIN_WEIGHTS and gpu_backend() == "cuda")
+    return int(qtype == "Q4_K" and n * k >= _XP_MIN_WEIGHTS)
 
 
 def _wave_eff(programs: int, sms: int) -> float:
@@ -207,6 +220,10 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple, backend: str)
     cfg.setdefault("RNE", int(backend == "hip"))
     # DW: Q4_K / Q5_K's f16 d / dmin read as aligned words (triton_tiles._kscales): the same
     # values; only where the planes hold an even count (the last word inside them)
+    # RDNA: Q4_K's tile in the order of RDNA's WMMA operand (triton_rdna), ROCm's default: no
+    # register shuffle between the dequantization and the dot (16-bit activations; its own
+    # K order, so its own bits, row-invariant as every order here)
+    cfg.setdefault("RDNA", int(backend == "hip" and qtype in _RDNA_TYPES))
     cfg.setdefault("DW", _DW_DEFAULT)
     if qtype not in ("Q4_K", "Q5_K") or (n * (k // 256)) % 2:
         cfg["DW"] = 0
@@ -337,9 +354,10 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
     # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
     # dot_precision.py); 0 for 16-bit activations
     ieee = ieee_code(x2.dtype)
+    rdna = bool(cfg.get("RDNA")) and qtype in _RDNA_TYPES and not ieee and (k % 256 == 0 or qtype != "Q4_K")
     xp = bool(cfg.get("XP")) and qtype in _X1_TYPES and k % 256 == 0
     if xp:
-        shape, perm = _xperm_order(x2.shape[0], k, cfg["JS"])
+        shape, perm = _xperm_order(x2.shape[0], k, cfg["JS"], rdna)
         x2 = x2.reshape(shape).permute(perm).reshape(x2.shape[0], k)      # a contiguous copy
     for r0 in range(0, x2.shape[0], MAX_ROWS):
         xc = x2[r0:r0 + MAX_ROWS]
@@ -363,7 +381,9 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                     num_stages=_FEWER_STAGES.get(key, stages),
                     **({"HDR": cfg.get("HDR", 1)} if qtype == "Q4_KN" else {}),
                     # a one-row launch (the same bits as the 16-row slice: see _X1_DEFAULT)
-                    **({"X1": True} if m == 1 and cfg.get("X1") and qtype in _X1_TYPES else {}),
+                    **({"X1": True} if m == 1 and cfg.get("X1") and qtype in _X1_TYPES and not rdna
+                       else {}),
+                    **({"RDNA": True} if rdna else {}),
                     **({"XP": True} if xp else {}),
                     # bf16 weights rounded in integer ops (ROCm; the same bits: _config)
                     **({"DW": True} if cfg.get("DW") else {}),

@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
+from .triton_rdna import _kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _tile_q4_01_rdna
 
 MAX_ROWS = 64          # rows per launch (4 slices of 16); larger M is done in chunks of 64
 
@@ -48,10 +49,38 @@ def _int8_fields(w, mg, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _tile_q8_0_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32,
+                    NMB: tl.constexpr, EVEN_K: tl.constexpr, RNE: tl.constexpr):
+    """Q8_0, 256 values from kb in the order of RDNA's WMMA operand (triton_rdna): two dots of
+    4 blocks; block c's 32 bytes are the chunk, a lane half reads 16 of them, so dot position
+    [c, s, h, w1, b] is value 32c + 16h + 8s + 4w1 + b; valued as ``_tile_q8_0`` values them."""
+    for g in tl.static_range(2):
+        blk = 4 * g + tl.arange(0, 4)
+        live = kb + 32 * blk < K
+        dp = pd + rn[:, None] * K32 + kb // 32 + blk[None, :]
+        if EVEN_K:
+            wq = _rdna_words(pq, rn, K4, kb // 4 + 32 * g, 4, 4)
+            d = tl.load(dp).to(tl.float32)
+        else:
+            wq = _rdna_words(pq, rn, K4, kb // 4 + 32 * g, 4, 4, live)
+            d = tl.load(dp, mask=live[None, :], other=0.0).to(tl.float32)
+        a, b, mg = _int8_affine(_rows16(d), 0)
+        f0, f1, f2, f3 = _int8_fields(wq, mg, 0)
+        acc0, acc1, acc2, acc3 = _rdna_dot(acc0, acc1, acc2, acc3, tl.fma(f0, a, b), tl.fma(f1, a, b),
+                                           tl.fma(f2, a, b), tl.fma(f3, a, b), kb + 128 * g + _kv(4, 2, 32),
+                                           x_ptr, sxm, M, K, NMB, RNE, EVEN_K)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32,
-               NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, RNE: tl.constexpr = False):
+               NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, RNE: tl.constexpr = False,
+               RDNA: tl.constexpr = False):
     """Q8_0, 256 values (8 blocks of 32) from kb: qs int8 [N, K], d f16 [N, K/32].
-    Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3)."""
+    Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3). RDNA: ``_tile_q8_0_rdna``."""
+    if RDNA:
+        return _tile_q8_0_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32,
+                               NMB, EVEN_K, RNE)
     BN: tl.constexpr = rn.shape[0]
     c4 = tl.arange(0, 4)
     bh = tl.arange(0, 2)
@@ -114,41 +143,47 @@ def _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm, K4
 @triton.jit
 def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
                 Q41: tl.constexpr, NMB: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
-                RNE: tl.constexpr = False):
+                RNE: tl.constexpr = False, RDNA: tl.constexpr = False):
     """Q4_0 / Q4_1, 256 values (8 blocks of 32) from kb: qs [N, K/2] (per block 16 bytes,
     byte j = value j low nibble, value 16+j high nibble), d (, m) f16 [N, K/32].
-    Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3)."""
-    c4 = tl.arange(0, 4)
-    bh = tl.arange(0, 2)
-    jw = tl.arange(0, 4)
-    blk = 4 * bh[:, None] + c4[None, :]                                             # [2, 4]
-    woff = kb // 8 + 4 * blk[:, None, :] + jw[None, :, None]                        # [2, 4, 4]
-    wp = pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K8 + woff[None]
-    sp = rn[:, None, None] * K32 + kb // 32 + blk[None]
-    if EVEN_K:
-        w = tl.load(wp)
-        d = tl.load(pd + sp).to(tl.float32)
-        if Q41:
-            t = tl.load(pm + sp).to(tl.float32)
+    Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3). RDNA: in the order of RDNA's
+    WMMA operand (``triton_rdna._tile_q4_01_rdna``)."""
+    if RDNA:
+        acc0, acc1, acc2, acc3 = _tile_q4_01_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K,
+                                                  sxm, K8, K32, Q41, NMB, EVEN_K, RNE)
     else:
-        w = tl.load(wp, mask=(kb + 32 * blk < K)[None, :, None, :], other=0)
-        d = tl.load(pd + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
-        if Q41:
-            t = tl.load(pm + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
-    if not Q41:
-        t = d * -8.0                                    # Q4_0: d * (q - 8)
-    a_lo, b_lo = _affine(d, t, 16, IEEE)
-    a_hi, b_hi = _affine(d, t, 12, IEEE)
-    mg = _magic(d, IEEE)[:, :, None, :]
-    a_lo = a_lo[:, :, None, :]
-    b_lo = b_lo[:, :, None, :]
-    a_hi = a_hi[:, :, None, :]
-    b_hi = b_hi[:, :, None, :]
-    kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [8, 4])
-    acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_lo, b_lo, mg, kxw,
-                                          x_ptr, sxm, M, K, 0, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
-    return _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_hi, b_hi, mg, kxw + 16,
-                        x_ptr, sxm, M, K, 4, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
+        c4 = tl.arange(0, 4)
+        bh = tl.arange(0, 2)
+        jw = tl.arange(0, 4)
+        blk = 4 * bh[:, None] + c4[None, :]                                             # [2, 4]
+        woff = kb // 8 + 4 * blk[:, None, :] + jw[None, :, None]                        # [2, 4, 4]
+        wp = pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K8 + woff[None]
+        sp = rn[:, None, None] * K32 + kb // 32 + blk[None]
+        if EVEN_K:
+            w = tl.load(wp)
+            d = tl.load(pd + sp).to(tl.float32)
+            if Q41:
+                t = tl.load(pm + sp).to(tl.float32)
+        else:
+            w = tl.load(wp, mask=(kb + 32 * blk < K)[None, :, None, :], other=0)
+            d = tl.load(pd + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+            if Q41:
+                t = tl.load(pm + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+        if not Q41:
+            t = d * -8.0                                    # Q4_0: d * (q - 8)
+        a_lo, b_lo = _affine(d, t, 16, IEEE)
+        a_hi, b_hi = _affine(d, t, 12, IEEE)
+        mg = _magic(d, IEEE)[:, :, None, :]
+        a_lo = a_lo[:, :, None, :]
+        b_lo = b_lo[:, :, None, :]
+        a_hi = a_hi[:, :, None, :]
+        b_hi = b_hi[:, :, None, :]
+        kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [8, 4])
+        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_lo, b_lo, mg, kxw,
+                                              x_ptr, sxm, M, K, 0, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
+        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_hi, b_hi, mg, kxw + 16,
+                                              x_ptr, sxm, M, K, 4, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
+    return acc0, acc1, acc2, acc3
 
 
 @triton.jit
@@ -283,20 +318,22 @@ def _kscales(pd, rn, kb, K256, SB: tl.constexpr, DW: tl.constexpr = False):
 def _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, pd, pdm, psc, pmn, rn, kb, M, K, sxm, K8, K32, K256,
                Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr,
                X1: tl.constexpr = False, XP: tl.constexpr = False, RNE: tl.constexpr = False,
-               DW: tl.constexpr = False):
+               DW: tl.constexpr = False, RDNA: tl.constexpr = False):
     """Q4_K / Q5_K, SB superblocks from kb (``_sb_q45k`` each, ``ph`` unused for Q4_K; DW:
-    ``_kscales``)."""
+    ``_kscales``; RDNA: Q4_K in RDNA's WMMA order, ``triton_rdna``)."""
     d0, d1 = _kscales(pd, rn, kb, K256, SB, DW)
     m0, m1 = _kscales(pdm, rn, kb, K256, SB, DW)
-    sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb, K32)
-    acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, K8, kb // 8, ph, d0, m0,
-                                      sc_lo, sc_hi, mn_lo, mn_hi, rn, kb, M, K, sxm, K32,
-                                      Q5, NMB, IEEE, JS, X1, XP, RNE)
-    if SB == 2:
-        sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb + 256, K32)
-        acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, K8, (kb + 256) // 8, ph,
-                                          d1, m1, sc_lo, sc_hi, mn_lo, mn_hi, rn, kb + 256, M, K, sxm,
-                                          K32, Q5, NMB, IEEE, JS, X1, XP, RNE)
+    for j in tl.static_range(SB):
+        sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb + 256 * j, K32)
+        if RDNA:
+            acc0, acc1, acc2, acc3 = _sb_q4k_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, K8, (kb + 256 * j) // 8,
+                                                  d1 if j else d0, m1 if j else m0, sc_lo, sc_hi,
+                                                  mn_lo, mn_hi, rn, kb + 256 * j, M, K, sxm, NMB, RNE, XP)
+        else:
+            acc0, acc1, acc2, acc3 = _sb_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, K8, (kb + 256 * j) // 8,
+                                              ph, d1 if j else d0, m1 if j else m0, sc_lo, sc_hi,
+                                              mn_lo, mn_hi, rn, kb + 256 * j, M, K, sxm, K32, Q5, NMB,
+                                              IEEE, JS, X1, XP, RNE)
     return acc0, acc1, acc2, acc3
 
 
@@ -370,12 +407,16 @@ def _tile_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
     return acc0, acc1, acc2, acc3
 
 
-def _xperm_order(m: int, k: int, js: int) -> tuple:
+def _xperm_order(m: int, k: int, js: int, rdna: bool = False) -> tuple:
     """XP (Q4_K / Q5_K / Q4_KN): x [m, k] viewed as ``x.view(*shape).permute(*perm)`` and made
     contiguous puts each superblock's values in the order its dots read them. In a superblock,
     value 64c + 32h + 4jh + 2b1 + b0 (c: 32-byte chunk, h: low / high nibble, jh = JS part + j:
     word, b1 b0: byte) feeds dot (part, h) at position 16j + 8b1 + 2c + b0 (``_sb_q45k``,
-    ``_join4p``); the dot (part, h) reads positions [(2 part + h) KP, +KP), KP = 16 JS."""
+    ``_join4p``); the dot (part, h) reads positions [(2 part + h) KP, +KP), KP = 16 JS.
+    ``rdna``: the RDNA order (``triton_rdna``): value 64c + 32h + 16g + 8s + 4w1 + b (g: the
+    lane half) at position 128h + 32c + 16s + 8g + 4w1 + b."""
+    if rdna:
+        return (m, k // 256, 4, 2, 2, 2, 2, 4), (0, 1, 3, 2, 5, 4, 6, 7)
     return (m, k // 256, 4, 2, 8 // js, js, 2, 2), (0, 1, 4, 3, 5, 6, 2, 7)
 
 
@@ -456,6 +497,7 @@ def _packed_mm_kernel(
     EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
     SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1, X1: tl.constexpr = False,
     XP: tl.constexpr = False, RNE: tl.constexpr = False, DW: tl.constexpr = False,
+    RDNA: tl.constexpr = False,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
@@ -481,17 +523,17 @@ def _packed_mm_kernel(
         kb = (pid_s * TPS + i) * (256 * SB)
         if QT == 0:
             acc0, acc1, acc2, acc3 = _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, p0, p1, rn, kb,
-                                                M, K, sxm, K4, K32, NMB, EVEN_K, IEEE, RNE)
+                                                M, K, sxm, K4, K32, NMB, EVEN_K, IEEE, RNE, RDNA)
         elif QT == 1:
             acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p1, rn, kb,
-                                                 M, K, sxm, K8, K32, False, NMB, EVEN_K, IEEE, RNE)
+                                                 M, K, sxm, K8, K32, False, NMB, EVEN_K, IEEE, RNE, RDNA)
         elif QT == 2:
             acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,
-                                                 M, K, sxm, K8, K32, True, NMB, EVEN_K, IEEE, RNE)
+                                                 M, K, sxm, K8, K32, True, NMB, EVEN_K, IEEE, RNE, RDNA)
         elif QT == 3:
             # Q4_K planes: qs, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p1, p2, p3, p4, rn, kb,
-                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP, RNE, DW)
+                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP, RNE, DW, RDNA)
         elif QT == 4:
             # Q5_K planes: qs, qh, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, p4, p5, rn, kb,

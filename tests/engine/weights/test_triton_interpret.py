@@ -231,6 +231,52 @@ def test_integer_bf16_rounding_is_the_conversion(tk):
 
 
 @child_only
+def test_rdna_order_matches_reference_and_is_row_invariant(tk):
+    """RDNA (ROCm's default for Q4_K, Q4_0, Q4_1, Q8_0): the superblock dequantized in the order of RDNA's WMMA
+    operand, its own K order (triton_rdna). Against gguf's float32 dequantization, bit-identical
+    across row counts (1..64, every 16-row slice), with x gathered in that order or permuted by
+    the host (XP: the same dots on the same values, so the same bits), split or not, two
+    superblocks a step or one, 32- or 64-row blocks; on by backend only."""
+    from engine.kernels.dot_precision import compiling_for
+    assert tk.kernel_config("Q4_K", 128, 1024, 16)["RDNA"] == 0
+    with compiling_for("hip"):
+        assert tk.kernel_config("Q4_K", 128, 1024, 16)["RDNA"] == 1
+        assert tk.kernel_config("Q6_K", 128, 1024, 16)["RDNA"] == 0
+    g = torch.Generator().manual_seed(11)
+    for n, k, over in ((128, 1024, {}), (96, 512, {"splits": 2}), (64, 512, {"SB": 2}),
+                       (64, 768, {"BN": 32})):
+        w, ref = _weight("Q4_K", n, k, seed=n + k)
+        xh = torch.randn(64, k, generator=g).half()
+        y = {m: tk.packed_matmul(xh[:m], w, RDNA=1, XP=0, **over) for m in (64, 33, 17, 2, 1)}
+        assert _rel_err(y[64], xh.float() @ ref.T) < 5e-3, (n, k, over)
+        for m in (33, 17, 2, 1):
+            assert torch.equal(y[m], y[64][:m]), (n, k, over, m)
+        for r in (16, 40, 63):
+            assert torch.equal(tk.packed_matmul(xh[r:r + 1], w, RDNA=1, XP=0, **over),
+                               y[64][r:r + 1]), (n, k, over, r)
+        for m in (1, 17, 64):
+            assert torch.equal(tk.packed_matmul(xh[:m], w, RDNA=1, XP=1, **over), y[m]), (n, k, over, m)
+        assert torch.equal(tk.packed_partials(xh[:5], w, RDNA=1, XP=1, **over),
+                           tk.packed_partials(xh[:5], w, RDNA=1, XP=0, **over)), (n, k, over)
+    # a control: the same weights through the NVIDIA order differ in their last bits somewhere
+    # (another K order in the dots), so the checks above see which order ran
+    assert not torch.equal(tk.packed_matmul(xh, w, RDNA=0, XP=0, BN=32), y[64])
+    # Q4_0 / Q4_1 (the bundled model's type) and Q8_0 (its LM head): K a multiple of 256 or
+    # not (576: a masked tile)
+    for qt in ("Q4_0", "Q4_1", "Q8_0"):
+        with compiling_for("hip"):
+            assert tk.kernel_config(qt, 128, 1024, 16)["RDNA"] == 1
+        for n, k in ((128, 1024), (64, 576)):
+            w, ref = _weight(qt, n, k, seed=k)
+            xh = torch.randn(64, k, generator=g).half()
+            y = {m: tk.packed_matmul(xh[:m], w, RDNA=1) for m in (64, 17, 1)}
+            assert _rel_err(y[64], xh.float() @ ref.T) < 5e-3, (qt, n, k)
+            assert torch.equal(y[17], y[64][:17]) and torch.equal(y[1], y[64][:1]), (qt, n, k)
+            assert torch.equal(tk.packed_matmul(xh[40:41], w, RDNA=1), y[64][40:41]), (qt, n, k)
+        assert not torch.equal(tk.packed_matmul(xh, w, RDNA=0), y[64]), qt
+
+
+@child_only
 def test_config_does_not_depend_on_rows(tk):
     """The launch configuration is a function of the weight shape only (row invariance)."""
     import inspect

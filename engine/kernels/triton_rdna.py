@@ -1,0 +1,157 @@
+"""The Q4_K superblock of the packed matmul laid out for RDNA's WMMA (ROCm, 16-bit activations).
+
+``triton_dequant._join4p`` orders a dequantized tile for NVIDIA's MMA operand: each lane holds
+pairs of consecutive K values and the four lanes of a quad hold the four words of a row. RDNA3/4's
+WMMA wants something else from operand A: lane l holds row l % 16 and EIGHT consecutive K values,
+lanes 16-31 the next eight. Compiled for gfx1201 the NVIDIA order costs a register shuffle of
+every dequantized value across lanes (``v_cndmask`` + ``ds_bpermute``, ~2 instructions a weight
+of ~11; bench/amdgcn_mix.py).
+
+Here a lane reads, for each 32-byte chunk c of a row's 128 qs bytes, the 16 bytes of its half
+h (words 4h..4h+3), and the dot's K order is chosen so that those bytes are exactly the lane's
+WMMA share: dot index kappa = 32c + 16s + 8h + 4w1 + b (s, w1: bits of the word w = 2s + w1; b:
+the byte) holds the value of chunk c, byte 16h + 8s + 4w1 + b, i.e. superblock value
+64c + 16h + 8s + 4w1 + b for the low nibbles (sub-block 2c) and 32 more for the high ones
+(2c + 1). x is gathered in that order (runs of 4 values). A dot only needs x and w to agree on
+the order of K; each value is ``_fval``/``_affine``'s (the same float32 weights as the NVIDIA
+order), rounded by ``_to_dot_type``.
+
+Row invariance is the dequantizing kernel's: the order is a function of the type and backend,
+never of the row count, and each 16-row slice of x is its own dot on the same tile.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .triton_dequant import _affine, _dot1, _fval, _magic, _to_dot_type, _xload
+
+
+@triton.jit
+def _rdna_half(acc0, acc1, acc2, acc3, wq, a, b, mg, kx, x_ptr, sxm, M, K,
+               P: tl.constexpr, NMB: tl.constexpr, RNE: tl.constexpr, EVEN_K: tl.constexpr = True):
+    """acc_i += the nibbles at bit P (0: low, 4: high) of words wq [row % 16, h, row // 16, c,
+    w] (``_rdna_words``) @ x^T (``_rdna_dot``); a, b [16, 1, BN / 16, C, 1] per row and chunk."""
+    v0 = tl.fma(_fval(wq, wq, P, 0, 0, False, mg), a, b)
+    v1 = tl.fma(_fval(wq, wq, P + 8, 0, 0, False, mg), a, b)
+    v2 = tl.fma(_fval(wq, wq, P + 16, 0, 0, False, mg), a, b)
+    v3 = tl.fma(_fval(wq, wq, P + 24, 0, 0, False, mg), a, b)
+    return _rdna_dot(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kx, x_ptr, sxm, M, K, NMB, RNE, EVEN_K)
+
+
+@triton.jit
+def _rdna_dot(acc0, acc1, acc2, acc3, v0, v1, v2, v3, kx, x_ptr, sxm, M, K,
+              NMB: tl.constexpr, RNE: tl.constexpr, EVEN_K: tl.constexpr):
+    """acc_i += w @ x^T, w the float32 weights v0..v3 (bytes 0..3 of words [row % 16, h,
+    row // 16, c, w], ``_rdna_words``) in the dot's K order [c, s, h, w1, b] (w = 2s + w1;
+    module note), x gathered at kx (that order's K positions)."""
+    RH: tl.constexpr = v0.shape[2]
+    C: tl.constexpr = v0.shape[3]
+    S: tl.constexpr = v0.shape[4] // 2
+    v = tl.join(tl.join(v0, v2), tl.join(v1, v3))            # [.., w, b // 2, b % 2]
+    v = tl.reshape(v, [16, 2, RH, C, S, 2, 2, 2])             # [rl, h, rh, c, s, w1, b // 2, b % 2]
+    v = tl.permute(v, (2, 0, 3, 4, 1, 5, 6, 7))               # [rh, rl, c, s, h, w1, ..]
+    w = tl.reshape(_to_dot_type(v, x_ptr.dtype.element_ty, RNE), [16 * RH, 16 * C * S])
+    rm = tl.arange(0, 16)
+    xp = x_ptr + rm[None, :] * sxm + kx[:, None]
+    acc0 = _dot1(_xload(xp, rm, kx, M, K, EVEN_K), w, acc0, 0)
+    if NMB > 1:
+        acc1 = _dot1(_xload(xp + 16 * sxm, rm + 16, kx, M, K, EVEN_K), w, acc1, 0)
+    if NMB > 2:
+        acc2 = _dot1(_xload(xp + 32 * sxm, rm + 32, kx, M, K, EVEN_K), w, acc2, 0)
+    if NMB > 3:
+        acc3 = _dot1(_xload(xp + 48 * sxm, rm + 48, kx, M, K, EVEN_K), w, acc3, 0)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _rdna_words(pq, rn, qrow, qoff, C: tl.constexpr, W: tl.constexpr, live=None):
+    """The qs words of C chunks of 2W words from word qoff of each row (row stride qrow
+    words) as [row % 16, h, row // 16, c, w] (word 2Wc + Wh + w): the coalescer spreads the
+    lanes over the first two dims (16 rows, the half) and the warps over the third, which is
+    the WMMA operand's layout. ``live`` [C]: chunks to read (the rest are 0)."""
+    RH: tl.constexpr = rn.shape[0] // 16
+    cc = tl.arange(0, C)
+    i2 = tl.arange(0, 2)
+    ww = tl.arange(0, W)
+    rr = tl.permute(tl.reshape(rn, [RH, 16]), (1, 0))                              # [16, RH]
+    p = (pq.to(tl.pointer_type(tl.int32)) + rr[:, None, :, None, None] * qrow
+         + (qoff + 2 * W * cc[:, None] + ww[None, :])[None, None, None, :, :]
+         + W * i2[None, :, None, None, None])                                      # [16, 2, RH, C, W]
+    if live is None:
+        return tl.load(p)
+    else:
+        return tl.load(p, mask=live[None, None, None, :, None], other=0)
+
+
+@triton.jit
+def _kv(C: tl.constexpr, S: tl.constexpr, CV: tl.constexpr):
+    """The value index (in a chunk of CV values from chunk 0) of each dot position [c, s, h,
+    w1, b]: chunk c, byte 8S h + 8s + 4w1 + b of it (the low nibbles)."""
+    cc = tl.arange(0, C)
+    ss = tl.arange(0, S)
+    i2 = tl.arange(0, 2)
+    b4 = tl.arange(0, 4)
+    return tl.reshape(CV * cc[:, None, None, None, None] + 8 * ss[None, :, None, None, None]
+                      + 8 * S * i2[None, None, :, None, None] + 4 * i2[None, None, None, :, None]
+                      + b4[None, None, None, None, :], [16 * C * S])
+
+
+@triton.jit
+def _sb_q4k_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, qrow, qoff, d, dm, sc_lo, sc_hi, mn_lo, mn_hi,
+                 rn, kb, M, K, sxm, NMB: tl.constexpr, RNE: tl.constexpr, XP: tl.constexpr):
+    """Q4_K, one superblock from kb in the RDNA order (module note). qs words qoff.. of each
+    row (row stride qrow words); d, dm [BN, 1] and sc_*, mn_* [BN, 4] as ``_sb_q45k`` takes
+    them (sub-blocks 2c: _lo, 2c + 1: _hi), valued as there (``_affine`` at p = 16 / 12). XP:
+    x was permuted by the host into this order (``_xperm_order(.., rdna=True)``): each dot
+    reads 128 consecutive values (16-byte loads instead of runs of 4)."""
+    a_lo, b_lo = _affine(d * sc_lo.to(tl.float32), -(dm * mn_lo.to(tl.float32)), 16, 0)
+    a_hi, b_hi = _affine(d * sc_hi.to(tl.float32), -(dm * mn_hi.to(tl.float32)), 12, 0)
+    mg = _magic(_rows16(a_lo), 0)
+    wq = _rdna_words(pq, rn, qrow, qoff, 4, 4)
+    if XP:
+        k_lo = tl.max_contiguous(tl.multiple_of(kb + tl.arange(0, 128), 16), 16)
+        k_hi = k_lo + 128
+    else:
+        k_lo = kb + _kv(4, 2, 64)
+        k_hi = k_lo + 32
+    acc0, acc1, acc2, acc3 = _rdna_half(acc0, acc1, acc2, acc3, wq, _rows16(a_lo), _rows16(b_lo),
+                                        mg, k_lo, x_ptr, sxm, M, K, 0, NMB, RNE)
+    return _rdna_half(acc0, acc1, acc2, acc3, wq, _rows16(a_hi), _rows16(b_hi),
+                      mg, k_hi, x_ptr, sxm, M, K, 4, NMB, RNE)
+
+
+@triton.jit
+def _tile_q4_01_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
+                     Q41: tl.constexpr, NMB: tl.constexpr, EVEN_K: tl.constexpr, RNE: tl.constexpr):
+    """Q4_0 / Q4_1, 256 values (8 blocks of 32) from kb in the RDNA order: block c's 16 qs
+    bytes are the chunk (byte j: value j low nibble, 16 + j high), a lane half reads 8 of
+    them, so a dot position [c, h, w1, b] is value 32c + 8h + 4w1 + b (16 more for the high
+    nibbles); d (, m) f16 [N, K/32] valued as ``_tile_q4_01`` values them."""
+    blk = tl.arange(0, 8)
+    live = kb + 32 * blk < K
+    sp = rn[:, None] * K32 + kb // 32 + blk[None, :]
+    if EVEN_K:
+        wq = _rdna_words(pq, rn, K8, kb // 8, 8, 2)
+        d = tl.load(pd + sp).to(tl.float32)
+        t = tl.load(pm + sp).to(tl.float32) if Q41 else d * -8.0
+    else:
+        wq = _rdna_words(pq, rn, K8, kb // 8, 8, 2, live)
+        d = tl.load(pd + sp, mask=live[None, :], other=0.0).to(tl.float32)
+        t = tl.load(pm + sp, mask=live[None, :], other=0.0).to(tl.float32) if Q41 else d * -8.0
+    a_lo, b_lo = _affine(d, t, 16, 0)
+    a_hi, b_hi = _affine(d, t, 12, 0)
+    mg = _magic(_rows16(a_lo), 0)
+    kx = kb + _kv(8, 1, 32)
+    acc0, acc1, acc2, acc3 = _rdna_half(acc0, acc1, acc2, acc3, wq, _rows16(a_lo), _rows16(b_lo),
+                                        mg, kx, x_ptr, sxm, M, K, 0, NMB, RNE, EVEN_K)
+    return _rdna_half(acc0, acc1, acc2, acc3, wq, _rows16(a_hi), _rows16(b_hi),
+                      mg, kx + 16, x_ptr, sxm, M, K, 4, NMB, RNE, EVEN_K)
+
+
+@triton.jit
+def _rows16(t):
+    """[BN, C] per row and chunk -> [16, 1, BN / 16, C, 1], the words' [row % 16, h, row // 16,
+    c, w] (``_rdna_words``)."""
+    return tl.permute(tl.reshape(t, [t.shape[0] // 16, 16, t.shape[1]]), (1, 0, 2))[:, None, :, :, None]
