@@ -151,7 +151,7 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     (a + b) mod classes and NMB (a + 2b) mod 4 + 1 (a Latin square: every dtype meets every
     NMB, every type meets every dtype and up to three classes). kernels: one row slice (the
     decode path) in float32 (Q4_K) and in bfloat16 (Q4_KN's tile), and 4 row slices (the most
-    shared memory) in bfloat16 (Q6_K)."""
+    shared memory) in bfloat16 (Q6_K); the RDNA orders in bfloat16 (Q4_K 4 slices, Q4_1 one)."""
     from engine.kernels import triton_kernels as tk
     for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
         classes = packed_shape_classes(qtype, t.units, backend=t.backend)
@@ -164,7 +164,9 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                         continue
                     if scope == "kernels" and (qtype, _dt(dtype), c, nmb) not in (
                             ("Q4_K", "float32", len(classes) - 1, 1), ("Q6_K", "bfloat16", 0, 4),
-                            ("Q4_KN", "bfloat16", len(classes) - 1, 1)):
+                            ("Q4_KN", "bfloat16", len(classes) - 1, 1),
+                            # the RDNA orders (ROCm's 16-bit default): Q4_K, Q4_1
+                            ("Q4_K", "bfloat16", 0, 4), ("Q4_1", "bfloat16", 0, 1)):
                         continue
                     label = f"{qtype} {_dt(dtype)} NMB{nmb} {n}x{k} {cls}"
                     yield label, (lambda m=m, k=k, n=n, q=qtype, d=dtype, c=cfg:

@@ -354,7 +354,8 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
     # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
     # dot_precision.py); 0 for 16-bit activations
     ieee = ieee_code(x2.dtype)
-    rdna = bool(cfg.get("RDNA")) and qtype in _RDNA_TYPES and not ieee and (k % 256 == 0 or qtype != "Q4_K")
+    rdna = (bool(cfg.get("RDNA")) and qtype in _RDNA_TYPES and not ieee
+            and (k % 256 == 0 or qtype != "Q4_K"))
     xp = bool(cfg.get("XP")) and qtype in _X1_TYPES and k % 256 == 0
     if xp:
         shape, perm = _xperm_order(x2.shape[0], k, cfg["JS"], rdna)

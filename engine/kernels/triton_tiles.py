@@ -496,16 +496,14 @@ def _packed_mm_kernel(
     TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
     EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
     SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1, X1: tl.constexpr = False,
-    XP: tl.constexpr = False, RNE: tl.constexpr = False, DW: tl.constexpr = False,
-    RDNA: tl.constexpr = False,
+    XP: tl.constexpr = False, RNE: tl.constexpr = False, DW: tl.constexpr = False, RDNA: tl.constexpr = False,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
     output is silu(gate) * up of an interleaved gate|up weight (``_store_swiglu``). HDR: how
     Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic).
-    X1 (one-row launches) and XP (x permuted by the host) change how x is loaded, never the dot
-    operands: the same bits (``triton_dequant._xload1``, ``_xperm_order``); RNE (ROCm) rounds
-    the weights to bfloat16 in integer ops, the same bits (``triton_dequant._to_dot_type``)."""
+    X1, XP (x loads), RNE (bf16 rounding in integer ops), DW (scale loads): the same bits
+    (``_xload1``, ``_xperm_order``, ``_to_dot_type``, ``_kscales``); RDNA: ``triton_rdna``."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
