@@ -297,11 +297,13 @@ def _stages(cfg: dict, m: int, hip: bool, ieee: int) -> int:
 
 
 def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
-    """The launch configuration of a shape: a function of (qtype, N, K, SM count) only, never
-    of the number of activation rows (that is what makes the result row-invariant).
+    """The launch configuration of a shape: a function of (qtype, N, K, SM count, backend)
+    only, never of the number of activation rows (that is what makes the result row-invariant).
     ``override`` (BN, num_warps, num_stages, splits; I8 and the I8_* tile keys of the int8
     path; HDR, how Q4_KN's tile reads its packed scales: loads only, the same bits; RNE, bf16
-    weights rounded in integer ops, default on ROCm: the same bits; X1, the
+    weights rounded in integer ops, default on ROCm: the same bits; RDNA, the WMMA-ordered
+    tiles of triton_rdna, default on ROCm: their own bits; DW, Q4_K / Q5_K's scales read as
+    words, default SPECSCOPE_DW: the same bits; MAXNREG, a register cap (CUDA); X1, the
     one-row x load of Q4_K / Q4_KN / Q5_K, default SPECSCOPE_X1, and XP, x permuted to the
     dots' K order, default SPECSCOPE_XP: loads only, the same bits) is for benchmarks."""
     return dict(_config(qtype, n, k, sms, tuple(sorted(override.items())), gpu_backend()))
