@@ -1,20 +1,23 @@
-"""The Q4_K superblock of the packed matmul laid out for RDNA's WMMA (ROCm, 16-bit activations).
+"""Packed tiles laid out for RDNA's WMMA (ROCm, 16-bit activations): Q4_K's superblock here,
+Q4_0 / Q4_1's 256 values here, Q8_0's in ``triton_tiles._tile_q8_0_rdna`` (it shares the int8
+helpers there); ``triton_kernels`` turns them on by backend (the config key RDNA).
 
 ``triton_dequant._join4p`` orders a dequantized tile for NVIDIA's MMA operand: each lane holds
 pairs of consecutive K values and the four lanes of a quad hold the four words of a row. RDNA3/4's
 WMMA wants something else from operand A: lane l holds row l % 16 and EIGHT consecutive K values,
 lanes 16-31 the next eight. Compiled for gfx1201 the NVIDIA order costs a register shuffle of
-every dequantized value across lanes (``v_cndmask`` + ``ds_bpermute``, ~2 instructions a weight
-of ~11; bench/amdgcn_mix.py).
+every dequantized value across lanes (``v_cndmask`` + ``ds_bpermute``) or a trip through LDS.
 
-Here a lane reads, for each 32-byte chunk c of a row's 128 qs bytes, the 16 bytes of its half
-h (words 4h..4h+3), and the dot's K order is chosen so that those bytes are exactly the lane's
-WMMA share: dot index kappa = 32c + 16s + 8h + 4w1 + b (s, w1: bits of the word w = 2s + w1; b:
-the byte) holds the value of chunk c, byte 16h + 8s + 4w1 + b, i.e. superblock value
-64c + 16h + 8s + 4w1 + b for the low nibbles (sub-block 2c) and 32 more for the high ones
-(2c + 1). x is gathered in that order (runs of 4 values). A dot only needs x and w to agree on
-the order of K; each value is ``_fval``/``_affine``'s (the same float32 weights as the NVIDIA
-order), rounded by ``_to_dot_type``.
+Here a row's quant bytes are cut into chunks (Q4_K: 32 bytes, values 64c.. and 64c + 32..;
+Q4_0 / Q4_1: a block's 16 bytes, values 32c.. and 32c + 16..; Q8_0: a block's 32 bytes); a lane
+reads the half of each chunk (8S bytes, words [row % 16, h, row // 16, c, w], ``_rdna_words``:
+the load's own layout is the WMMA operand's) and the dot's K order is chosen so that those bytes
+are exactly the lane's WMMA share: dot position [c, s, h, w1, b] (w = 2s + w1: the word, b: the
+byte) holds chunk c's byte 8S h + 8s + 4w1 + b (``_kv``). x is gathered in that order (runs of
+4 values), or permuted into it by the host (XP, Q4_K). A dot only needs x and w to agree on the
+order of K; each value is ``_fval``/``_affine``'s (the same float32 weights as the NVIDIA
+order), rounded by ``_to_dot_type``. Static counts: BENCHMARKS.md, "The packed matmul, fourth
+round" (gfx1201 Q4_K 13.9 -> 8.2 instructions a weight at one row).
 
 Row invariance is the dequantizing kernel's: the order is a function of the type and backend,
 never of the row count, and each 16-row slice of x is its own dot on the same tile.
