@@ -55,9 +55,9 @@ tile through shared memory (the 5th/6th-bit merge defeats the layout propagation
 costs them more.
 
 ROCm (RDNA3/4): the bfloat16 weights are rounded in integer ops (RNE, ``_to_dot_type``: the
-same bits; RDNA has no bf16 convert and the compiled one checks for NaN) and Q4_K's superblock
-is dequantized straight into the layout of RDNA's WMMA operand (``triton_rdna.py``: its own K
-order, so its own bits, row-invariant like every order here). Static counts of the gfx1201 K
+same bits; RDNA has no bf16 convert and the compiled one checks for NaN) and the Q4_K, Q4_0,
+Q4_1 and Q8_0 tiles are dequantized straight into the layout of RDNA's WMMA operand
+(``triton_rdna.py``: their own K order, so their own bits, row-invariant like every order here). Static counts of the gfx1201 K
 loop (bench/amdgcn_mix.py, 12288x4096, bf16): 13.9 -> 8.2 instructions a weight at one row,
 20.2 -> 9.5 at 64 rows, no spills; gfx1100 15.3 -> 11.7 and 33.3 -> 22.3. No RDNA card was
 at hand: how much faster that runs is not measured.
@@ -78,7 +78,7 @@ off, for the A/B.
 
 Modules: this one picks the configuration and launches; ``triton_tiles.py`` holds the
 dequantizing kernel and its per-type tiles, ``triton_dequant.py`` the register dequantization
-helpers they share, ``triton_rdna.py`` Q4_K's RDNA order, ``triton_int8.py`` the int8 path.
+helpers they share, ``triton_rdna.py`` the RDNA orders, ``triton_int8.py`` the int8 path.
 
 CUDA graphs: no host syncs, no ``.item()``, no data-dependent shapes; the only allocations are
 ``torch.empty`` (output and, for split shapes, the workspace), which graph capture serves from
@@ -218,12 +218,12 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple, backend: str)
     # RDNA has no bf16 conversion instruction and its compiled one checks for NaN, ~5.5
     # instructions a weight against ~2.5; the same bits (the bench: bench/amdgcn_mix.py)
     cfg.setdefault("RNE", int(backend == "hip"))
+    # RDNA: the tiles of _RDNA_TYPES in the order of RDNA's WMMA operand (triton_rdna), ROCm's
+    # default: no register shuffle between the dequantization and the dot (16-bit
+    # activations; its own K order, so its own bits, row-invariant as every order here)
+    cfg.setdefault("RDNA", int(backend == "hip" and qtype in _RDNA_TYPES))
     # DW: Q4_K / Q5_K's f16 d / dmin read as aligned words (triton_tiles._kscales): the same
     # values; only where the planes hold an even count (the last word inside them)
-    # RDNA: Q4_K's tile in the order of RDNA's WMMA operand (triton_rdna), ROCm's default: no
-    # register shuffle between the dequantization and the dot (16-bit activations; its own
-    # K order, so its own bits, row-invariant as every order here)
-    cfg.setdefault("RDNA", int(backend == "hip" and qtype in _RDNA_TYPES))
     cfg.setdefault("DW", _DW_DEFAULT)
     if qtype not in ("Q4_K", "Q5_K") or (n * (k // 256)) % 2:
         cfg["DW"] = 0
@@ -388,11 +388,11 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                        else {}),
                     **({"RDNA": True} if rdna else {}),
                     **({"XP": True} if xp else {}),
-                    # bf16 weights rounded in integer ops (ROCm; the same bits: _config)
                     **({"DW": True} if cfg.get("DW") else {}),
                     # a register cap (CUDA; benchmarks: more programs an SM, spills)
                     **({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") and gpu_backend() == "cuda"
                        else {}),
+                    # bf16 weights rounded in integer ops (ROCm; the same bits: _config)
                     **({"RNE": True} if cfg.get("RNE") and x2.dtype == torch.bfloat16 and not ieee
                        else {}))
                 break

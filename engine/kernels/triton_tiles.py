@@ -149,41 +149,39 @@ def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8
     Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3). RDNA: in the order of RDNA's
     WMMA operand (``triton_rdna._tile_q4_01_rdna``)."""
     if RDNA:
-        acc0, acc1, acc2, acc3 = _tile_q4_01_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K,
-                                                  sxm, K8, K32, Q41, NMB, EVEN_K, RNE)
+        return _tile_q4_01_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
+                                Q41, NMB, EVEN_K, RNE)
+    c4 = tl.arange(0, 4)
+    bh = tl.arange(0, 2)
+    jw = tl.arange(0, 4)
+    blk = 4 * bh[:, None] + c4[None, :]                                             # [2, 4]
+    woff = kb // 8 + 4 * blk[:, None, :] + jw[None, :, None]                        # [2, 4, 4]
+    wp = pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K8 + woff[None]
+    sp = rn[:, None, None] * K32 + kb // 32 + blk[None]
+    if EVEN_K:
+        w = tl.load(wp)
+        d = tl.load(pd + sp).to(tl.float32)
+        if Q41:
+            t = tl.load(pm + sp).to(tl.float32)
     else:
-        c4 = tl.arange(0, 4)
-        bh = tl.arange(0, 2)
-        jw = tl.arange(0, 4)
-        blk = 4 * bh[:, None] + c4[None, :]                                             # [2, 4]
-        woff = kb // 8 + 4 * blk[:, None, :] + jw[None, :, None]                        # [2, 4, 4]
-        wp = pq.to(tl.pointer_type(tl.int32)) + rn[:, None, None, None] * K8 + woff[None]
-        sp = rn[:, None, None] * K32 + kb // 32 + blk[None]
-        if EVEN_K:
-            w = tl.load(wp)
-            d = tl.load(pd + sp).to(tl.float32)
-            if Q41:
-                t = tl.load(pm + sp).to(tl.float32)
-        else:
-            w = tl.load(wp, mask=(kb + 32 * blk < K)[None, :, None, :], other=0)
-            d = tl.load(pd + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
-            if Q41:
-                t = tl.load(pm + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
-        if not Q41:
-            t = d * -8.0                                    # Q4_0: d * (q - 8)
-        a_lo, b_lo = _affine(d, t, 16, IEEE)
-        a_hi, b_hi = _affine(d, t, 12, IEEE)
-        mg = _magic(d, IEEE)[:, :, None, :]
-        a_lo = a_lo[:, :, None, :]
-        b_lo = b_lo[:, :, None, :]
-        a_hi = a_hi[:, :, None, :]
-        b_hi = b_hi[:, :, None, :]
-        kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [8, 4])
-        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_lo, b_lo, mg, kxw,
-                                              x_ptr, sxm, M, K, 0, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
-        acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_hi, b_hi, mg, kxw + 16,
-                                              x_ptr, sxm, M, K, 4, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
-    return acc0, acc1, acc2, acc3
+        w = tl.load(wp, mask=(kb + 32 * blk < K)[None, :, None, :], other=0)
+        d = tl.load(pd + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+        if Q41:
+            t = tl.load(pm + sp, mask=(kb + 32 * blk < K)[None], other=0.0).to(tl.float32)
+    if not Q41:
+        t = d * -8.0                                    # Q4_0: d * (q - 8)
+    a_lo, b_lo = _affine(d, t, 16, IEEE)
+    a_hi, b_hi = _affine(d, t, 12, IEEE)
+    mg = _magic(d, IEEE)[:, :, None, :]
+    a_lo = a_lo[:, :, None, :]
+    b_lo = b_lo[:, :, None, :]
+    a_hi = a_hi[:, :, None, :]
+    b_hi = b_hi[:, :, None, :]
+    kxw = tl.reshape(kb + 32 * blk[:, None, :] + 4 * jw[None, :, None], [8, 4])
+    acc0, acc1, acc2, acc3 = _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_lo, b_lo, mg, kxw,
+                                          x_ptr, sxm, M, K, 0, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
+    return _dot_nibbles(acc0, acc1, acc2, acc3, w, w, a_hi, b_hi, mg, kxw + 16,
+                        x_ptr, sxm, M, K, 4, 0, 0, True, NMB, EVEN_K, IEEE, RNE=RNE)
 
 
 @triton.jit
