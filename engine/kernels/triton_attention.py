@@ -39,6 +39,9 @@ import os
 # blocks per split (a split covers SPLIT_BLOCKS * 64 logical positions); any fixed value keeps
 # rows exact. SPECSCOPE_ATTN_SPLIT_BLOCKS is for measuring the choice on a card.
 SPLIT_BLOCKS = int(os.environ.get("SPECSCOPE_ATTN_SPLIT_BLOCKS", "2"))
+# splits the combine loads at a time (SPECSCOPE_ATTN_COMBINE_CH, for measuring; any value gives
+# the same bits)
+CH = tl.constexpr(int(os.environ.get("SPECSCOPE_ATTN_COMBINE_CH", "8")))
 
 
 @triton.jit
@@ -46,9 +49,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
                   cnt_ptr, o_ptr, sqr, sqh, skh, skc, sar, sor, soh, scale, NS: tl.constexpr,
                   G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
                   SB: tl.constexpr, IEEE: tl.constexpr):
-    r = tl.program_id(0)
-    h = tl.program_id(1)
-    s = tl.program_id(2)
+    r, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = tl.load(n_ptr)
     length = n + tl.load(depth_ptr + r) + 1          # the row's logical key count
     start = s * SB * BN
@@ -62,16 +63,18 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
         acc = tl.zeros([GP, D], tl.float32)
         kbase = k_ptr + h * skh
         vbase = v_ptr + h * skh
-        # unrolled and branch-free, keys and values loaded together, so the loads of every
-        # block can be issued before the first block's arithmetic. A block past the row's end
-        # (all masked: scores -inf, p = 0, alpha = exp(0) = 1) leaves m, l and acc as they are,
-        # bit for bit, as skipping it would; the split's first block always holds a position.
+        # unrolled, keys and values loaded together: every block's loads issue before the first
+        # block's arithmetic. A block past the row's end (all masked: scores -inf, p = 0, alpha
+        # = 1) leaves m, l, acc as skipping it would, bit for bit; a split's first block is used.
         for b in tl.static_range(SB):
             offs = start + b * BN + tl.arange(0, BN)
             valid = offs < length
             rel = offs - n
-            a = tl.load(anc_ptr + r * sar + rel, mask=valid & (rel >= 0), other=0)
-            slot = tl.where(rel < 0, offs, n + a)
+            if start + (b + 1) * BN <= n:       # committed keys: no ancestor load to wait on
+                slot = offs.to(tl.int64)
+            else:
+                a = tl.load(anc_ptr + r * sar + rel, mask=valid & (rel >= 0), other=0)
+                slot = tl.where(rel < 0, offs, n + a)
             kk = tl.load(kbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
             vv = tl.load(vbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
             if IEEE:
@@ -107,21 +110,32 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
 def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, w0, ns, sor, soh, NS: tl.constexpr,
              G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr):
     """Row r, kv head h: its ns split partials (at w0..) added in order 0, 1, ...; loads past
-    the L1 (".cg"): other programs wrote them."""
+    the L1 (".cg"): other programs wrote them. CH splits at a time, unrolled, so their loads
+    are issued together (a loop of one split at a time waited on each in turn: the kernel's
+    longest part at short contexts). A split past ns loads m = -inf (weight exp(-inf) = 0),
+    l = acc = 0: adding its 0 * 0 leaves tot and out as they are, bit for bit, as skipping
+    it would (neither is ever -0.0), so the sum keeps the order 0, 1, ... of the splits."""
     g = tl.arange(0, GP)
     dd = tl.arange(0, D)
+    c8 = tl.arange(0, CH)
     mx = tl.full([GP], float("-inf"), tl.float32)
-    for s in range(NS):
-        if s < ns:
-            mx = tl.maximum(mx, tl.load(m_ptr + (w0 + s) * GP + g, cache_modifier=".cg"))
+    for c in range(0, NS, CH):                  # the max: exact in any order
+        if c < ns:
+            mm = tl.load(m_ptr + (w0 + c + c8)[:, None] * GP + g[None, :],
+                         mask=(c + c8)[:, None] < ns, other=float("-inf"), cache_modifier=".cg")
+            mx = tl.maximum(mx, tl.max(mm, 0))
     tot = tl.zeros([GP], tl.float32)
     out = tl.zeros([GP, D], tl.float32)
-    for s in range(NS):
-        if s < ns:
-            wt = tl.exp(tl.load(m_ptr + (w0 + s) * GP + g, cache_modifier=".cg") - mx)
-            tot += tl.load(l_ptr + (w0 + s) * GP + g, cache_modifier=".cg") * wt
-            out += tl.load(acc_ptr + ((w0 + s) * GP + g)[:, None] * D + dd[None, :],
-                           cache_modifier=".cg") * wt[:, None]
+    for c in range(0, NS, CH):
+        if c < ns:
+            for j in tl.static_range(CH):
+                w = w0 + c + j
+                ok = c + j < ns
+                wt = tl.exp(tl.load(m_ptr + w * GP + g, mask=ok, other=float("-inf"),
+                                    cache_modifier=".cg") - mx)
+                tot += tl.load(l_ptr + w * GP + g, mask=ok, other=0.0, cache_modifier=".cg") * wt
+                out += tl.load(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], mask=ok,
+                               other=0.0, cache_modifier=".cg") * wt[:, None]
     out = out / tot[:, None]
     tl.store(o_ptr + r * sor + (h * G + g)[:, None] * soh + dd[None, :],
              out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)

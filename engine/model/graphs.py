@@ -120,10 +120,23 @@ class GraphBucket:
         a[:R, :R] = ancestor_table(depths, ancestors)
         a[torch.arange(R, B), pad] = torch.arange(R, B)  # padded rows see the root and themselves
         self.packed.copy_(h, non_blocking=True)
+        self._run()
+
+    def _run(self) -> None:
         if self.graph is not None:
             self.graph.replay()
         else:
             self.logits, self.top_values, self.top_ids = self.run()
+
+    def step_on(self) -> None:
+        """A one-row bucket just replayed at committed length n runs again at n + 1 on its own
+        top-1 token, both set on the device (engine.model.plain_queue): the same inputs as an
+        upload of that token would give, so the same bits."""
+        if self.rows != 1:
+            raise ValueError("only a one-row bucket steps on by itself")
+        self.packed[0:1].copy_(self.top_ids[0, :1])
+        self.packed[2:3].add_(1)
+        self._run()
 
 
 class PrefillBucket:

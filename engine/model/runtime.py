@@ -36,6 +36,7 @@ from engine.model.device import (device_name, dtype_name, one_torch_thread, pick
 from engine.errors import ParameterError
 from engine.limits import MAX_ROWS
 from engine.model.graphs import TOPK, GraphBucket, PrefillBucket
+from engine.model.plain_queue import PlainQueue
 from engine.model.linear import check_cpu_kernels, cpu_fast_available
 from engine.model.transformer import Transformer
 from engine.weights import CPU_FAST_TYPES
@@ -86,15 +87,40 @@ def summarize(logits: torch.Tensor, tokens: torch.Tensor, top_values: torch.Tens
     the window's tokens [R], both on the pass's device, and the top k already taken: one
     batched reduction there, one device -> host transfer (ids travel as float32, exact below
     2^24; a larger vocabulary sends them apart)."""
+    apart = logits.shape[-1] > 1 << 24
+    return summary_scores(summary_device(logits, tokens, top_values, top_ids).cpu(),
+                          top_ids.shape[1], top_ids.cpu() if apart else None)
+
+
+def summary_device(logits: torch.Tensor, tokens: torch.Tensor, top_values: torch.Tensor,
+                   top_ids: torch.Tensor) -> torch.Tensor:
+    """summarize's one tensor to send, on the pass's device: [R, k + 1 + R (+ k)], each row's
+    top-k values, log normaliser, logits of the window's tokens (and top-k ids, below 2^24)."""
     lg = logits.float()
-    R, k = top_values.shape
     lse = torch.logsumexp(lg, dim=-1, keepdim=True)                     # [R, 1]
     cross = lg.index_select(1, tokens)                                  # [R, R]
-    ids_apart = lg.shape[-1] > 1 << 24
-    parts = [top_values.float(), lse, cross] + ([] if ids_apart else [top_ids.float()])
-    host = torch.cat(parts, dim=1).cpu()
-    ids = top_ids.cpu() if ids_apart else host[:, k + 1 + R:].long()
+    apart = lg.shape[-1] > 1 << 24
+    return torch.cat([top_values.float(), lse, cross] + ([] if apart else [top_ids.float()]), 1)
+
+
+def summary_scores(host: torch.Tensor, k: int, ids: torch.Tensor | None = None) -> RowScores:
+    """RowScores from summary_device's tensor on the host (`ids`: the top-k ids sent apart)."""
+    R = host.shape[0]
+    ids = host[:, k + 1 + R:].long() if ids is None else ids
     return RowScores(None, host[:, :k], ids, host[:, k], host[:, k + 1:k + 1 + R])
+
+
+def read_step(summary: bool):
+    """What a queued plain step sends to the host (engine.model.plain_queue.Read): its top-k,
+    with the summary where the run shows its rows; ids as float32 (exact: a vocabulary is at
+    most 2^22, engine.model.config)."""
+    def read(g: GraphBucket):
+        if summary:
+            return (summary_device(g.logits[:1], g.packed[:1], g.top_values[:1], g.top_ids[:1]),
+                    lambda h: summary_scores(h, TOPK))
+        return (torch.cat([g.top_values[:1].float(), g.top_ids[:1].float()], 1),
+                lambda h: RowScores(None, h[:, :TOPK], h[:, TOPK:].long()))
+    return read
 
 
 def head_top(model, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -300,6 +326,7 @@ class Session:
         self.cache: KVCache = self._new_cache(capacity)
         self._buckets: dict[tuple[int, int | None], GraphBucket] = {}   # (rows, exit layer)
         self._prefills: dict[tuple[int, int], PrefillBucket] = {}        # (rows, span)
+        self.plain_queue = PlainQueue()      # a plain step queued on the device (verify's ahead)
         self.needed = 0            # what the current request asked for (reserve)
         self.spare = 0
         self.request_capacity = capacity
@@ -314,6 +341,7 @@ class Session:
                 f"the prompt plus --max-new-tokens needs {needed} tokens, more than the model's "
                 f"context of {rt.config.max_context}: shorten the prompt or lower --max-new-tokens"
             )
+        self.plain_queue.drop()
         self.needed, self.spare = needed, spare
         size = min(rt.config.max_context, needed + spare)
         # the capacity a fresh session would have for this request: what decisions that
@@ -362,9 +390,11 @@ class Session:
 
     def advance(self, n: int) -> None:
         """n more tokens past the committed prefix already hold the right keys: commit them."""
+        self.plain_queue.drop()
         self.cache.advance(n)
 
     def truncate(self, length: int) -> None:
+        self.plain_queue.drop()
         self.cache.truncate(length)
 
     def close(self) -> None:
@@ -394,6 +424,7 @@ class Session:
     def prefill(self, ids: list[int]) -> None:
         """Write `ids` into the cache as committed tokens (no logits needed)."""
         rt, cache = self.runtime, self.cache
+        self.plain_queue.drop()
         for start in range(0, len(ids), PREFILL_CHUNK):
             chunk = ids[start:start + PREFILL_CHUNK]
             R, n = len(chunk), cache.length
@@ -411,7 +442,7 @@ class Session:
 
     def verify(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
                need_logits: bool = True, exit_layer: int | None = None,
-               summary: bool = False) -> RowScores:
+               summary: bool = False, ahead: bool = False) -> RowScores:
         """One forward pass over a window of R rows at the committed length n. Row 0 is
         `tokens[0]`, the root (the last committed token, not yet in the cache). Row i sits at
         position n + depths[i] and attends to the committed prefix and to the rows c with
@@ -419,18 +450,29 @@ class Session:
         (TokenTree.row_depths, TokenTree.ancestor_mask); a plain run of tokens, `chain(R)`.
         `exit_layer` K: the first K layers only, then the norm and LM head (an early-exit draft
         pass; see Transformer.forward). Row i's keys go to slot n + i; nothing is committed.
-        `summary`, need_logits False: RowScores' log_norm and window_logits too (rows' detail)."""
-        return self.scratch(tokens, depths, ancestors, self.cache.length, need_logits, exit_layer,
-                            summary)
+        `summary`, need_logits False: RowScores' log_norm and window_logits too (rows' detail).
+
+        `ahead`: queue the plain step after this one on the device (engine.model.graphs.PlainQueue)."""
+        plain = len(tokens) == 1 and not need_logits and exit_layer is None and self.runtime.use_graphs
+        q = self.plain_queue
+        queued = q.take(self.cache.length, tokens[0], summary) if plain else None
+        if queued is None:                      # (scratch drops a queued step not taken)
+            return self.scratch(tokens, depths, ancestors, self.cache.length, need_logits,
+                                exit_layer, summary, queue=ahead and plain)
+        if ahead and queued.n + 2 <= self.cache.capacity:    # the next one first, then wait
+            with torch.inference_mode():
+                q.queue(self._bucket(1), queued.n, read_step(summary), summary)
+        return q.scores(queued)
 
     @torch.inference_mode()
     def scratch(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
                 at: int, need_logits: bool = True, exit_layer: int | None = None,
-                summary: bool = False) -> RowScores:
+                summary: bool = False, queue: bool = False) -> RowScores:
         """`verify` as if `at` tokens were committed: the rows attend to slots [0, at) whatever
         they hold and write slots [at, at + R) only; the committed length stays. `at` below the
         committed length would overwrite committed keys, so it is refused."""
         rt, cache = self.runtime, self.cache
+        self.plain_queue.drop()        # any pass replays a bucket a queued step continues from
         if exit_layer is not None and not 1 <= exit_layer <= rt.config.n_layers:
             raise ParameterError(f"--exit-layer must be between 1 and the model's "
                                  f"{rt.config.n_layers} layers, got {exit_layer}")
@@ -444,7 +486,7 @@ class Session:
         summary = summary and not need_logits
         if rt.use_graphs:
             return self._verify_graph(tokens, depths, ancestors, n, need_logits, exit_layer,
-                                      summary)
+                                      summary, queue)
         if n + R > cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         t = torch.tensor(tokens, dtype=torch.long, device=rt.device)
@@ -500,12 +542,14 @@ class Session:
 
     def _verify_graph(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
                       n: int, need_logits: bool, exit_layer: int | None = None,
-                      summary: bool = False) -> RowScores:
+                      summary: bool = False, queue: bool = False) -> RowScores:
         R = len(tokens)
         g = self._bucket(R, exit_layer)
         if n + g.rows > self.cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         g.replay(tokens, depths, ancestors, n)
+        if queue and n + 2 <= self.cache.capacity:      # verify's ahead: a plain step, one row
+            return self.plain_queue.scores(self.plain_queue.queue(g, n, read_step(summary), summary))
         if summary:                         # g.packed[:R]: the window's tokens, on the device
             return summarize(g.logits[:R], g.packed[:R], g.top_values[:R], g.top_ids[:R])
         logits = g.logits[:R].float().cpu() if need_logits else None
@@ -513,26 +557,30 @@ class Session:
 
     # -- timing (the roofline probe) -----------------------------------------------------
     def time_verify_pass(self, n_rows: int, context: int, exit_layer: int | None = None) -> float:
-        """Milliseconds of one verify pass of n_rows (a chain) at `context` committed tokens:
-        a scratch pass (the cache contents do not matter for cost, only the length), so a
-        probe at context >= the committed length is safe in the middle of a run."""
-        cfg = self.runtime.config
-        if context + n_rows > cfg.max_context:
-            raise ParameterError(f"a probe pass at context {context:,} with {n_rows} rows needs more than "
-                                 f"the model's context of {cfg.max_context:,}: lower --context")
-        if context + n_rows > self.cache.capacity:
-            if self.length:
-                raise ParameterError(f"a probe pass at context {context:,} with {n_rows} rows does "
-                                     f"not fit this stream's {self.cache.capacity:,} slots")
-            self.reserve(context + n_rows, spare=MAX_ROWS)
-        dev = self.runtime.device
-        synchronize(dev)
-        t0 = time.perf_counter()
-        # the chain's arrays are built inside the timed span, as a window's are in the decoder
-        self.scratch([1] * n_rows, *chain(n_rows), at=context, need_logits=False,
-                     exit_layer=exit_layer)
-        synchronize(dev)
-        return (time.perf_counter() - t0) * 1e3
+        return time_pass(self, n_rows, context, exit_layer)
+
+
+def time_pass(self: Session, n_rows: int, context: int, exit_layer: int | None = None) -> float:
+    """Milliseconds of one verify pass of n_rows (a chain) at `context` committed tokens on a
+    session (Session.time_verify_pass): a scratch pass (the cache contents do not matter for cost, only the length), so a
+    probe at context >= the committed length is safe in the middle of a run."""
+    cfg = self.runtime.config
+    if context + n_rows > cfg.max_context:
+        raise ParameterError(f"a probe pass at context {context:,} with {n_rows} rows needs more than "
+                             f"the model's context of {cfg.max_context:,}: lower --context")
+    if context + n_rows > self.cache.capacity:
+        if self.length:
+            raise ParameterError(f"a probe pass at context {context:,} with {n_rows} rows does "
+                                 f"not fit this stream's {self.cache.capacity:,} slots")
+        self.reserve(context + n_rows, spare=MAX_ROWS)
+    dev = self.runtime.device
+    synchronize(dev)
+    t0 = time.perf_counter()
+    # the chain's arrays are built inside the timed span, as a window's are in the decoder
+    self.scratch([1] * n_rows, *chain(n_rows), at=context, need_logits=False,
+                 exit_layer=exit_layer)
+    synchronize(dev)
+    return (time.perf_counter() - t0) * 1e3
 
 
 class LayerView:

@@ -33,7 +33,7 @@ from engine.speculation import events as E
 from engine.speculation.drafters import DraftRequest, Drafter
 from engine.speculation.factory import Parts, PartsFactory, Verifier
 from engine.speculation.ngram import NgramIndex
-from engine.speculation.policies import PlanContext
+from engine.speculation.policies import PlanContext, plain_ahead
 from engine.speculation.sampling import Rng
 from engine.speculation.settings import DecodeSettings
 from engine.speculation.tree import TokenTree
@@ -182,7 +182,10 @@ class Decoder:
             plan = parts.policy.plan(PlanContext(remaining, lambda: bool(self.index.lookup()[1])))
             tree = self._propose(plan, parts.drafters.get(plan.drafter), session)
             t1 = time.perf_counter()
-            scores = self._verify(tree, session, parts.verifier)
+            # a plain step followed by another whatever its token: queue that one on the device
+            # behind it (Session.verify's ahead), as long as the request has a token left for it
+            ahead = plan.plain and remaining > 1 and plain_ahead(parts.policy)
+            scores = self._verify(tree, session, parts.verifier, ahead)
             t2 = time.perf_counter()
             outcome = parts.verifier(tree, scores, self.context, self.rng)
             emitted, kinds, finish = self._commit(outcome, session, remaining, eos)
@@ -207,9 +210,11 @@ class Decoder:
         return drafter.propose(DraftRequest(self.context, self.index, root, plan.depth,
                                             plan.width, rows, self.settings.sampling, self.rng))
 
-    def _verify(self, tree: TokenTree, session: Session, verifier: Verifier) -> RowScores:
+    def _verify(self, tree: TokenTree, session: Session, verifier: Verifier,
+                ahead: bool = False) -> RowScores:
         scores = session.verify([tree.root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
-                                need_logits=verifier.need_logits, summary=verifier.summary)
+                                need_logits=verifier.need_logits, summary=verifier.summary,
+                                ahead=ahead)
         if not bool(scores.top_values[:, 0].isfinite().all()):   # NaN ranks first in topk
             raise NumericalError(
                 f"the model's logits are NaN or infinite at position {session.length}: its weights or "

@@ -47,9 +47,21 @@ def _depth(depth: int, ctx: PlanContext) -> int:
     return max(0, min(depth, ctx.remaining - 1))
 
 
+def plain_ahead(policy: WindowPolicy) -> bool:
+    """Whether the window after a plain step is a plain step too whatever its token (no drafter;
+    a retired AR floor's steps before its next probe): then the decoder lets the runtime queue
+    it behind this one (engine.model.runtime.Session.verify's ahead). A policy that cannot say
+    has no `plain_ahead` and gets False."""
+    ask = getattr(policy, "plain_ahead", None)
+    return bool(ask()) if ask is not None else False
+
+
 class PlainPolicy:
     def plan(self, ctx: PlanContext) -> Plan:
         return plain_plan("none", Cause.NO_DRAFTER)
+
+    def plain_ahead(self) -> bool:
+        return True
 
     def observe(self, event: WindowEvent) -> None:
         pass
@@ -159,6 +171,12 @@ class ArFloorPolicy:
             return plain_plan(self.drafter, Cause.AR_FLOOR, **self.floor.figures)
         return self.inner.plan(ctx)
 
+    def plain_ahead(self) -> bool:
+        # retired: this plain step counts down plain_left when observed; the next is plain if
+        # one is left after it
+        f = self.floor
+        return f.final or (f.retired and f.plain_left > 1) or plain_ahead(self.inner)
+
     def observe(self, event: WindowEvent) -> None:
         if event.depth == 0 and self.floor.want_plain_step():
             self.floor.record_plain(event.window_ms)
@@ -176,6 +194,9 @@ class Learning:
 
     def plan(self, ctx: PlanContext) -> Plan:
         return self.inner.plan(ctx)
+
+    def plain_ahead(self) -> bool:
+        return plain_ahead(self.inner)
 
     def observe(self, event: WindowEvent) -> None:
         self.inner.observe(event)

@@ -254,6 +254,27 @@ def test_the_attention_check_does_not_depend_on_the_cpu_float32_mode(capsys):
 
 
 @child_only
+def test_attention_over_many_splits_keeps_its_rows_and_sums(capsys):
+    """Rows whose keys span more splits than the combine loads at once (CH): a tree's rows
+    against the float64 reference, and its last row equal, bit for bit, to the same row alone
+    (its ancestors committed), whichever combine chunk its splits fall in."""
+    from engine.kernels.window_layout import WindowLayout, ancestor_table
+    from engine.kernels.kernel_catalog import attention_reference
+    from engine.kernels.triton_attention import CH, SPLIT_BLOCKS, layout_attention_triton
+    g = torch.Generator().manual_seed(5)
+    cap = 2048
+    for n in (64 * SPLIT_BLOCKS * CH.value - 1, 1500):   # the last split: chunk 1's first; 12 splits
+        q, kv = torch.randn(3, 4, 32, generator=g), torch.randn(2, 2, cap, 32, generator=g)
+        tree = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+        got = layout_attention_triton(q, kv[0], kv[1], WindowLayout(
+            torch.tensor(n), torch.tensor([0, 1, 2]), ancestor_table([0, 1, 2], tree)))
+        assert (got.double() - attention_reference(q, kv[0], kv[1], n, tree)).abs().max() < 1e-5
+        alone = layout_attention_triton(q[2:], kv[0], kv[1], WindowLayout(
+            torch.tensor(n + 2), torch.zeros(1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long)))
+        assert torch.equal(alone, got[2:])
+
+
+@child_only
 def test_the_swiglu_check_knows_the_interleaved_layout(capsys):
     """The kernel matches the reference's blocks of 32; a reference with another block size
     (or gate and up not interleaved) does not."""

@@ -66,3 +66,27 @@ def test_plain_decoding_is_re_timed_while_speculating():
     # the median of the plain steps (12, 6) is 9 ms: windows at 9 ms/token no longer pay
     assert log[10:26] == ["p"] * 16 and floor.ar_ms <= 9.0
     assert floor.retired and floor.figures["status"] in (FLOOR_STOPPED, FLOOR_NO_GAIN)
+
+
+def test_plain_ahead_says_whether_the_next_window_is_a_plain_step():
+    """The decoder queues the next plain step on the device only where the policy says it comes
+    whatever the token: always with no drafter, never for a drafting policy alone, and in front
+    of an AR floor exactly when the floor will ask for another plain step after this one
+    (retired, before its next probe), through probes, retirement, waits and a resumption."""
+    from engine.cost.plan import Cause
+    from engine.speculation.policies import ArFloorPolicy, FixedPolicy, PlainPolicy, plain_ahead
+    fixed = FixedPolicy("tree", 4, 2, lambda d, w: 1 + d * w, Cause.LAST_TOKEN)
+    assert plain_ahead(PlainPolicy()) and not plain_ahead(fixed)
+    floor = ArFloor(reprobe=2, max_reprobe=8)
+    policy = ArFloorPolicy(fixed, floor, "tree")
+    said = []
+    for i in range(80):
+        if floor.want_plain_step():
+            ahead = plain_ahead(policy)
+            floor.record_plain(10.0)
+            assert ahead == floor.want_plain_step(), i
+            said.append(ahead)
+        else:
+            floor.record_window(20.0, 1 if i < 40 else 5)
+    assert True in said and False in said
+    assert plain_ahead(ArFloorPolicy(PlainPolicy(), ArFloor(), "none"))

@@ -114,3 +114,99 @@ def test_bucketed_prefill_equals_eager(runtimes, tokenizer) -> None:
     torch.testing.assert_close(kvs[0], kvs[1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(outs[0].logits, outs[1].logits, atol=1e-4, rtol=1e-4)
     assert torch.equal(outs[0].top_ids, outs[1].top_ids)
+
+
+def test_queued_plain_steps_give_the_steps_tokens_and_scores(runtimes, tokenizer) -> None:
+    """verify(ahead=True) queues the next plain step on its own top-1 token at the next length;
+    verifying that token at that length takes the queued result, which equals a pass run for it
+    (the same inputs); another token, another length, or a scratch pass in between drops it and
+    the pass runs again. A run of plain steps takes every queued step but the last."""
+    _, rt = runtimes
+    ids = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
+    ref = rt.session(len(ids) + 16)
+    ref.prefill(ids[:-1])
+    want, tok = [], ids[-1]
+    for _ in range(5):                              # the reference: one pass a step, no queue
+        sc = ref.verify([tok], *chain(1), need_logits=False)
+        want.append((sc.top_values, sc.top_ids))
+        ref.commit([0])
+        tok = int(sc.top_ids[0, 0])
+    ref.close()
+    s = rt.session(len(ids) + 16)
+    s.prefill(ids[:-1])
+    q0, t0 = s.plain_queue.queued, s.plain_queue.taken
+    tok = ids[-1]
+    for i in range(5):
+        sc = s.verify([tok], *chain(1), need_logits=False, ahead=i < 4)
+        assert torch.equal(sc.top_ids, want[i][1]) and torch.equal(sc.top_values, want[i][0])
+        s.commit([0])
+        tok = int(sc.top_ids[0, 0])
+    assert (s.plain_queue.queued - q0, s.plain_queue.taken - t0) == (4, 4)
+    # a queued step not continued: another token at the same length runs its own pass
+    n = s.length
+    sc = s.verify([tok], *chain(1), need_logits=False, ahead=True)
+    other = (int(sc.top_ids[0, 0]) + 1) % rt.config.vocab_size
+    s.commit([0])
+    alone = s.verify([other], *chain(1), need_logits=False)
+    taken = s.plain_queue.taken
+    s.truncate(n)
+    s.verify([tok], *chain(1), need_logits=False, ahead=True)        # queues again
+    s.scratch([3], *chain(1), at=n + 3)                               # ... and drops it
+    again = s.verify([tok], *chain(1), need_logits=False)
+    assert s.plain_queue.taken == taken and torch.equal(again.top_ids, sc.top_ids)
+    fresh = rt.session(len(ids) + 16)
+    fresh.prefill(ids[:-1] + [ids[-1]] + [int(w[1][0, 0]) for w in want[:-1]] + [tok])
+    assert fresh.length == n + 1
+    assert torch.equal(fresh.verify([other], *chain(1), need_logits=False).top_ids, alone.top_ids)
+    fresh.close()
+    s.close()
+
+
+def test_a_plain_run_queues_its_steps_and_keeps_its_tokens(loaded_model, tokenizer) -> None:
+    """The decoder queues each plain step behind the last where the next window is plain
+    whatever the token (--draft none), and the run's tokens are those of a run that does not."""
+    from engine.speculation.decoder import Decoder
+    from engine.speculation.settings import DecodeSettings
+    ids = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
+    s = DecodeSettings(draft="none", max_new_tokens=12)
+    out = []
+    for graphs in (True, False):
+        rt = Runtime(loaded_model, "cpu", "float32", capacity=128, graphs=graphs)
+        dec = Decoder(rt, ids, s, detail=False)
+        out.append(dec.run()["tokens"])
+        ses = rt._idle[0]
+        assert (ses.plain_queue.queued, ses.plain_queue.taken) == ((11, 11) if graphs else (0, 0))
+    assert out[0] == out[1] and len(out[0]) == 12
+
+
+def test_queued_plain_steps_bring_the_rows_summary_where_asked(runtimes, tokenizer) -> None:
+    """A run that shows its rows (summary=True) queues plain steps too: each queued result has
+    the same top-k, log normaliser and window logit as a pass run for it; a step queued without
+    the summary is not taken by a verify that asks for one."""
+    _, rt = runtimes
+    ids = tokenizer.encode("The capital of France is Paris. The capital of Spain is")
+    got = []
+    for ahead in (False, True):
+        s = rt.session(len(ids) + 8)
+        s.prefill(ids[:-1])
+        tok, rows, taken = ids[-1], [], s.plain_queue.taken
+        for i in range(4):
+            sc = s.verify([tok], *chain(1), need_logits=False, summary=True, ahead=ahead and i < 3)
+            rows.append(sc)
+            s.commit([0])
+            tok = int(sc.top_ids[0, 0])
+        assert s.plain_queue.taken - taken == (3 if ahead else 0)
+        got.append(rows)
+        s.close()
+    for a, b in zip(*got):
+        assert a.log_norm is not None and b.log_norm is not None
+        for f in ("top_values", "top_ids", "log_norm", "window_logits"):
+            assert torch.equal(getattr(a, f), getattr(b, f)), f
+    s = rt.session(len(ids) + 8)
+    s.prefill(ids[:-1])
+    taken = s.plain_queue.taken
+    sc = s.verify([ids[-1]], *chain(1), need_logits=False, ahead=True)
+    s.commit([0])
+    detailed = s.verify([int(sc.top_ids[0, 0])], *chain(1), need_logits=False, summary=True)
+    assert s.plain_queue.taken == taken and torch.equal(detailed.log_norm, got[0][1].log_norm)
+    s.close()

@@ -1,0 +1,115 @@
+"""Where a decode step's time goes between passes (issue 36 item 2): the pass alone against the
+decoder's step, by setting, and a profile of the host side of plain decoding.
+
+    python3 bench/host_steps.py MODEL.gguf [--device cuda] [--tokens 96] [--json OUT]
+
+For each setting (plain `--draft none`, the user default `--adaptive --ar-floor`, a fixed tree d8 w3;
+detail off as `generate` runs, and plain with the workbench's detail on) over the same prompts
+(Spec-Bench text, EOS ignored so every run takes all its steps): the median time between
+consecutive windows (a step, what tg measures), the window's own parts (propose / verify / after:
+the decoder's times_s) and the rest (the consumer and the loop); beside them the pass alone, one
+row at the same context (Session.time_verify_pass: upload, replay, the top-k back). Then cProfile
+of one plain run, the host functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+SETTINGS = {
+    "plain": dict(draft="none"),
+    "plain+detail": dict(draft="none"),
+    "default": dict(draft="tree", adaptive=True, ar_floor=True),
+    "tree d8 w3": dict(draft="tree", depth=8, width=3),
+}
+
+
+def run(rt, ids, name, tokens, profile=None):
+    from engine.speculation.decoder import Decoder
+    from engine.speculation.settings import DecodeSettings
+    dec = Decoder(rt, ids, DecodeSettings(max_new_tokens=tokens, **SETTINGS[name]),
+                  detail=name.endswith("detail"))
+    marks, parts = [], []
+    eos, rt.tokenizer.eos_ids = rt.tokenizer.eos_ids, ()
+    try:
+        if profile is not None:
+            profile.enable()
+        for ev in dec.windows():
+            marks.append(time.perf_counter())
+            parts.append(((ev.propose_ms / 1e3, ev.verify_ms / 1e3, ev.commit_ms / 1e3), len(ev.emitted)))
+        if profile is not None:
+            profile.disable()
+    finally:
+        rt.tokenizer.eos_ids = eos
+    steps = [b - a for a, b in zip(marks, marks[1:])]
+    parts = parts[1:]
+    ms = lambda xs: statistics.median(xs) * 1e3 if xs else float("nan")
+    return {"step_ms": ms(steps), "tokens_per_step": sum(p[1] for p in parts) / max(1, len(parts)),
+            "tok_s": sum(p[1] for p in parts) / sum(steps) if steps else float("nan"),
+            "propose_ms": ms([p[0][0] for p in parts]), "verify_ms": ms([p[0][1] for p in parts]),
+            "after_ms": ms([p[0][2] for p in parts]),
+            "rest_ms": ms([s - sum(p[0]) for s, p in zip(steps, parts)]), "windows": len(marks)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    from engine.io.load import load_model
+    from engine.io.workloads import SPECBENCH_FILE, read_jsonl
+    from engine.model.runtime import Runtime
+    rt = Runtime(load_model(a.model), device=a.device, capacity=2048)
+    rows = read_jsonl(SPECBENCH_FILE)[200:200 + a.prompts]
+    prompts = [rt.tokenizer.encode(" ".join(r["turns"]), add_special_tokens=False) for r in rows]
+    print(f"{rt.device_name} {rt.dtype_name} {rt.weights_label}; prompts of "
+          f"{', '.join(str(len(p)) for p in prompts)} tokens, {a.tokens} new each", flush=True)
+    run(rt, prompts[0], "plain", 8)                 # graphs captured, kernels compiled
+    out = {"device": rt.device_name, "dtype": rt.dtype_name, "model": rt.model_id, "by_setting": {}}
+    for rnd in range(2):                              # two rounds, the settings interleaved
+        for name in SETTINGS:
+            for p in prompts:
+                r = run(rt, p, name, a.tokens)
+                out["by_setting"].setdefault(name, []).append(r)
+    s = rt.session(2048)
+    try:
+        alone = [s.time_verify_pass(1, len(p) + a.tokens // 2) for p in prompts for _ in range(15)]
+    finally:
+        s.close()
+    out["pass_alone_ms"] = statistics.median(alone)
+    print(f"one-row pass alone (upload, replay, top-k back): {out['pass_alone_ms']:.3f} ms")
+    keys = ("step_ms", "tok_s", "tokens_per_step", "propose_ms", "verify_ms", "after_ms", "rest_ms")
+    print(f"{'setting':<14}" + "".join(f"{k:>16}" for k in keys))
+    med = {}
+    for name, rs in out["by_setting"].items():
+        med[name] = {k: statistics.median(r[k] for r in rs) for k in keys}
+        print(f"{name:<14}" + "".join(f"{med[name][k]:>16.3f}" for k in keys))
+    out["medians"] = med
+    pr = cProfile.Profile()
+    run(rt, prompts[0], "plain", a.tokens, profile=pr)
+    st = io.StringIO()
+    pstats.Stats(pr, stream=st).sort_stats("tottime").print_stats(28)
+    text = st.getvalue()
+    print(text[text.find("ncalls") - 4:])
+    out["profile_plain"] = text
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
