@@ -507,6 +507,42 @@ def _fused_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 
 
 # ---------------------------------------------------------------------------------------------
+# each row's top k of a pass's logits (engine.kernels.triton_topk.topk_triton)
+
+
+def _topk_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
+    """Every scope: the top 5 (engine.model.graphs.TOPK) of the graph buckets' logits, 1 and 16 rows of the bundled model's 49,152
+    (12 chunks) and a 151,936 vocabulary (Qwen3), in float32 and bfloat16 (the kernels take
+    the row count and the vocabulary as runtime values: one compile a dtype and chunk count
+    class)."""
+    from engine.kernels.triton_topk import topk_triton
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows, vocab in ((1, 49152), (16, 151936)):
+            if scope == "kernels" and (dtype == torch.float32) != (rows == 1):
+                continue
+            yield (f"{_dt(dtype)} {rows} rows of {vocab}",
+                   lambda rows=rows, vocab=vocab, dtype=dtype: topk_triton(_meta(rows, vocab, dtype=dtype), 5))
+
+
+def _topk_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
+    """Rows of 20,000 logits with six equal best values (the 5th place a tie, across chunks):
+    the top 5 values and ids against a float64 sort (value descending, then id ascending)."""
+    from engine.kernels.triton_topk import topk_triton
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 20000, generator=g)
+    for r in range(3):
+        x[r, torch.randperm(20000, generator=g)[:6]] = 5.0 + r
+    out = []
+    for dtype, _ in _tolerances(dtypes):
+        xd = x.to(dtype)
+        want = xd.double().sort(dim=1, descending=True, stable=True)    # stable: equal values by id
+        values, ids = topk_triton(xd.to(device), 5)
+        out.append((f"{_dt(dtype)} top 5 values", values.double().cpu(), want.values[:, :5], 0.0))
+        out.append((f"{_dt(dtype)} top 5 ids", ids.double().cpu(), want.indices[:, :5].double(), 0.0))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 
 SITES = (
     Site("packed matmul", _packed_configs, _packed_smoke),
@@ -515,6 +551,7 @@ SITES = (
     Site("attention", _attention_configs, _attention_smoke),
     Site("fused layer", _fused_configs, _fused_smoke),
     Site("dense prefill unpack", _unpack_configs, _no_smoke),
+    Site("top-k", _topk_configs, _topk_smoke),
 )
 
 

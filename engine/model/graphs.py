@@ -8,6 +8,7 @@ graph a fraction of that (BENCHMARKS.md, "Engine model and kernel timings (moved
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import torch
@@ -30,6 +31,21 @@ class BucketOwner(Protocol):
     _prefill_pool: Any       # the prefill graphs' own pool
 
 TOPK = 5    # the top-k (values, ids) of each row a pass returns on the fast path
+
+
+def top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's top k of a pass's logits [R, V]: (values, ids). On a GPU with Triton, two
+    launches (engine.kernels.triton_topk: float32 values, ties to the lower id) instead of
+    torch's ~20; elsewhere, or with SPECSCOPE_TORCH_TOPK=1 (for measuring), torch.topk."""
+    if logits.device.type == "cuda" and os.environ.get("SPECSCOPE_TORCH_TOPK", "0") != "1":
+        try:
+            from engine.kernels.triton_topk import topk_triton
+        except ImportError:
+            pass
+        else:
+            return topk_triton(logits, k)
+    top = logits.topk(k, dim=-1)
+    return top.values, top.indices
 
 
 def capture(run: Callable, dev: torch.device, pool) -> tuple["torch.cuda.CUDAGraph", Any]:
@@ -97,8 +113,8 @@ class GraphBucket:
                 mask = (cols < n).unsqueeze(0) | win                     # [B, C]
             logits = rt.forward_fn(tokens, n + depth, mask, cache, n + ar,
                                    layout=WindowLayout(n, depth, table), exit_layer=exit_layer)
-            top = logits.topk(TOPK, dim=-1)
-            return logits, top.values.float(), top.indices
+            values, ids = top_k(logits, TOPK)
+            return logits, values.float(), ids
 
         self.run = run
         self.graph = None

@@ -35,7 +35,7 @@ from engine.model.device import (device_name, dtype_name, one_torch_thread, pick
                                  synchronize)
 from engine.errors import ParameterError
 from engine.limits import MAX_ROWS
-from engine.model.graphs import TOPK, GraphBucket, PrefillBucket
+from engine.model.graphs import TOPK, GraphBucket, PrefillBucket, top_k
 from engine.model.plain_queue import PlainQueue
 from engine.model.linear import check_cpu_kernels, cpu_fast_available
 from engine.model.transformer import Transformer
@@ -125,11 +125,11 @@ def read_step(summary: bool):
 
 def head_top(model, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's top k of a pass's whole `logits`, ranked as `forward(top=k)` ranks it: a
-    screened head's ties to the lower id (top_lower_id), else torch's topk (as the pass without
+    screened head's ties to the lower id (top_lower_id), else graphs.top_k (as the pass without
     a summary takes it), so a pass gives the same verdict whether or not it sums up its rows."""
     screened = (getattr(model, "fused", None) is None
                 and getattr(getattr(model, "lm_head", None), "screened", False))
-    return top_lower_id(logits, k) if screened else tuple(logits.topk(k, dim=-1))
+    return top_lower_id(logits, k) if screened else top_k(logits, k)
 
 
 def top_lower_id(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -504,8 +504,8 @@ class Session:
             return RowScores(None, logits[0], logits[1])
         if summary:                         # the whole logits (the normaliser needs them)
             return summarize(logits, t, *head_top(rt.model, logits, TOPK))
-        top = logits.topk(TOPK, dim=-1)
-        return RowScores(logits.cpu() if need_logits else None, top.values.cpu(), top.indices.cpu())
+        values, ids = top_k(logits, TOPK)
+        return RowScores(logits.cpu() if need_logits else None, values.cpu(), ids.cpu())
 
     def _prefill_bucket(self, R: int, n: int) -> PrefillBucket | None:
         """The bucket for a prefill chunk of R rows at committed length n, or None where there
