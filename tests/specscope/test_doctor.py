@@ -64,6 +64,8 @@ def test_doctor_without_a_gpu_skips_the_gpu_checks_and_passes(capsys):
     status = _status(out)
     assert code == 0 and out[-1] == "all checks passed", out
     assert status["torch"] == "ok" and status["model on the CPU"] == "ok"
+    # the history check passes on the CPU (its failing control: below, a prefill dropping a chunk)
+    assert status["same prompt, same keys"] == "ok"
     assert [status[n] for n in ("gpu", "triton", "kernels", "graphs")] == ["skip"] * 4
     gpu = next(line for line in out if line.startswith("skip  gpu"))
     assert "ROCm" in gpu and "CUDA" in gpu and "make run TORCH=" in gpu   # how to get one
@@ -343,15 +345,6 @@ def _racy_staging():
         h = buffers.setdefault((n, pinned), torch.zeros(n, dtype=torch.long, pin_memory=pinned))
         return h.zero_()
     return graphs, staging
-
-
-@parent_only
-def test_history_check_passes_on_the_cpu(cpu_runtime, capsys):
-    from specscope.doctor import _history_line
-    r = _report()
-    _history_line(r, cpu_runtime)
-    out = capsys.readouterr().out
-    assert out.startswith("ok    same prompt, same keys") and r.finish() == 0, out
 
 
 @parent_only
