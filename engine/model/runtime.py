@@ -452,7 +452,7 @@ class Session:
         pass; see Transformer.forward). Row i's keys go to slot n + i; nothing is committed.
         `summary`, need_logits False: RowScores' log_norm and window_logits too (rows' detail).
 
-        `ahead`: queue the plain step after this one on the device (engine.model.graphs.PlainQueue)."""
+        `ahead`: queue the plain step after this one on the device (engine.model.plain_queue)."""
         plain = len(tokens) == 1 and not need_logits and exit_layer is None and self.runtime.use_graphs
         q = self.plain_queue
         queued = q.take(self.cache.length, tokens[0], summary) if plain else None
