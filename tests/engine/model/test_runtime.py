@@ -210,3 +210,18 @@ def test_queued_plain_steps_bring_the_rows_summary_where_asked(runtimes, tokeniz
     detailed = s.verify([int(sc.top_ids[0, 0])], *chain(1), need_logits=False, summary=True)
     assert s.plain_queue.taken == taken and torch.equal(detailed.log_norm, got[0][1].log_norm)
     s.close()
+
+
+def test_a_run_behind_the_ar_floor_wastes_no_queued_step(loaded_model, tokenizer) -> None:
+    """Behind the AR floor the decoder queues a plain step only where the floor will ask for
+    one whatever the token (retired, steps left): every queued step is taken, but for one a
+    run's end may leave (the end of text)."""
+    from engine.speculation.decoder import Decoder
+    from engine.speculation.settings import DecodeSettings
+    rt = Runtime(loaded_model, "cpu", "float32", capacity=256, graphs=True)
+    ids = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
+    dec = Decoder(rt, ids, DecodeSettings(draft="tree", ar_floor=True, max_new_tokens=40),
+                  detail=False)
+    rep = dec.run()
+    q = rt._idle[0].plain_queue
+    assert 0 <= q.queued - q.taken <= 1 and rep["new_tokens"] > 1
