@@ -324,7 +324,7 @@ def _short(e: BaseException) -> str:
 def compile_for(text: str, full: bool = False, jobs: int | None = None) -> int:
     try:
         from engine.kernels.kernel_aot import parse_targets
-        from engine.kernels.kernel_catalog import compile_targets
+        from engine.kernels.catalog_compile import compile_targets
         import triton  # noqa: F401
     except ImportError as e:
         raise ParameterError(f"--compile-for needs Triton ({e}): pip install triton==3.6.0") from None

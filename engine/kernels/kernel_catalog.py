@@ -53,15 +53,13 @@ compare them with the weights' torch dequantization.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 
 from engine.kernels.dot_precision import compiling_for
-from engine.kernels.kernel_aot import (TARGETS, Compiled, Launch, Target, compile_key,
-                                     compile_launch, record)
+from engine.kernels.kernel_aot import Launch, Target, compile_key, record
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 ROW_CLASSES = (1, 17, 33, 49)          # NMB = ceil(M / 16) = 1..4 (33 and 49: the wide stages)
@@ -566,45 +564,3 @@ def launches(target: Target, scope: str = "full",
             for launch in record(call, target.backend, f"{site.name}: {label}"):
                 out.setdefault(compile_key(launch, target), launch)
     return list(out.values())
-
-
-# ---------------------------------------------------------------------------------------------
-# compiling the catalog
-
-
-@functools.lru_cache(maxsize=None)
-def _launches_cached(target_name: str, scope: str) -> tuple[Launch, ...]:
-    return tuple(launches(TARGETS[target_name], scope))
-
-
-def _compile_one(target_name: str, scope: str, index: int) -> Compiled:
-    """One job of ``compile_targets`` (a worker process re-derives the same launch list)."""
-    launch = _launches_cached(target_name, scope)[index]
-    res = compile_launch(launch, TARGETS[target_name])
-    res.asm = {}
-    return res
-
-
-def compile_targets(targets: list[Target], scope: str = "quick", workers: int = 1,
-                    progress: Callable[[int, int, Compiled], None] | None = None) -> list[Compiled]:
-    """Compile every launch of ``scope`` for each target, ``workers`` processes at a time
-    (each compile is single-threaded). ``progress(done, total, result)`` after each."""
-    jobs = [(t.name, scope, i) for t in targets for i in range(len(_launches_cached(t.name, scope)))]
-    # interleave the targets, so an early stop still covers each
-    jobs.sort(key=lambda j: (j[2], j[0]))
-    out: list[Compiled] = []
-    if workers <= 1:
-        for j in jobs:
-            out.append(_compile_one(*j))
-            if progress:
-                progress(len(out), len(jobs), out[-1])
-        return out
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_compile_one, *j) for j in jobs]
-        for f in as_completed(futures):
-            out.append(f.result())
-            if progress:
-                progress(len(out), len(jobs), out[-1])
-    return out

@@ -33,11 +33,15 @@ class BucketOwner(Protocol):
 TOPK = 5    # the top-k (values, ids) of each row a pass returns on the fast path
 
 
+# SPECSCOPE_TORCH_TOPK=1: torch's top-k on the GPU too (for measuring), read once at import
+TORCH_TOPK = os.environ.get("SPECSCOPE_TORCH_TOPK", "0") == "1"
+
+
 def top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's top k of a pass's logits [R, V]: (values, ids). On a GPU with Triton, two
     launches (engine.kernels.triton_topk: float32 values, ties to the lower id) instead of
-    torch's ~20; elsewhere, or with SPECSCOPE_TORCH_TOPK=1 (for measuring), torch.topk."""
-    if logits.device.type == "cuda" and os.environ.get("SPECSCOPE_TORCH_TOPK", "0") != "1":
+    torch's ~20; elsewhere, or with TORCH_TOPK, torch.topk."""
+    if logits.device.type == "cuda" and not TORCH_TOPK:
         try:
             from engine.kernels.triton_topk import topk_triton
         except ImportError:

@@ -1,6 +1,6 @@
 import sys, time, multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from engine.kernels import kernel_catalog as kc
+from engine.kernels import catalog_compile as kc   # (the compile half of the catalog, since 12-05)
 if __name__ == "__main__":
     t0 = time.time()
     jobs = []
