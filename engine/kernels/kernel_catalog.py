@@ -399,7 +399,8 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
     the dense prefill) x dtype, q/k norm and bias variants per head layout, the SwiGLU epilogue
     and the unsplit partials per type and gate|up shape. quick: float32 and bfloat16, one of
     each. kernels (make test): one launch of each kernel in bfloat16 (the packed matmul's
-    SwiGLU and partial-sum variants are the packed matmul kernel, compiled by its own site)."""
+    SwiGLU and partial-sum variants are the packed matmul kernel, compiled by its own site),
+    and the bundled model's residual + norm in a matmul's tail (its atomics and int64 sums)."""
     from engine.kernels import triton_fused as tf
     from engine.kernels import triton_kernels as tk
     few = scope != "full"
@@ -431,6 +432,7 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                                 _meta(3, dtype=torch.long), _meta(3, dtype=torch.long),
                                 _meta(3, hq, d, dtype=dt), kv[0], kv[1], 1e-6)
                 yield f"qkv rope {_dt(dtype)} heads {hq}/{hkv}x{d} S{sa}/{sb} norm={qkn} bias={bias}", call
+        yield from _tail_configs(t, scope, dtype)
         if scope == "kernels":
             continue
         for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
@@ -450,6 +452,27 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
             yield (f"reduce SwiGLU {_dt(dtype)} S{S}",
                    lambda S=S, d=dtype: tf.reduce_swiglu(_meta(S, 3, 3072), 32,
                                                          _meta(3, 1536, dtype=d)))
+
+
+def _tail_configs(t: Target, scope: str, dtype: torch.dtype) -> Iterator[tuple[str, Call]]:
+    """The residual + norm and the SwiGLU in a split matmul's tail, one row (a plain step): the
+    bundled model's down, the 8B's down, the bundled gate|up (where the target splits it);
+    kernels: the first only."""
+    from engine.kernels import triton_kernels as tk
+    for q, (n, k) in (("Q4_1", (576, 1536)), ("Q4_K", (4096, 12288)), ("Q4_1", (3072, 576))):
+        if scope == "kernels" and (q, n) != ("Q4_1", 576):
+            continue
+        with compiling_for(t.backend):
+            cfg = tk.kernel_config(q, n, k, t.units)
+        if n in HIDDEN:
+            yield (f"residual norm in the tail {q} {_dt(dtype)} {n}x{k}",
+                   lambda n=n, k=k, q=q, d=dtype, c=cfg: tk.packed_residual_norm(
+                       _meta(1, k, dtype=d), _meta_packed(q, n, k), _meta(1, n, dtype=d),
+                       _meta(1, n, dtype=d), _meta(n, dtype=d), 1e-6, **c))
+        elif cfg["splits"] > 1:
+            yield (f"SwiGLU in the tail {q} {_dt(dtype)} {n}x{k}",
+                   lambda n=n, k=k, q=q, d=dtype, c=cfg: tk.packed_swiglu(
+                       _meta(1, k, dtype=d), _meta_packed(q, n, k), **c))
 
 
 def _unpack_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
@@ -501,6 +524,37 @@ def _fused_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
     xs = torch.randn(2, 512, generator=g).to(device)
     y = tk.packed_partials(xs, pw.to(device)).sum(0).cpu()
     out.append(("packed partials Q4_K", y, xs.cpu().double() @ ref.double().T, 1e-5))
+    out += _tail_smoke(device, g, dtypes)
+    return out
+
+
+def _tail_smoke(device: torch.device, g: torch.Generator, dtypes=DTYPES) -> Smoke:
+    """The residual + norm and the SwiGLU in a split matmul's tail against their own kernels
+    over the same partials, bit for bit (each dtype; 1 and 2 rows; 4 splits): the rows a tail
+    runs must equal the rows the separate kernels run."""
+    from engine.kernels import triton_fused as tf
+    from engine.kernels import triton_kernels as tk
+    out = []
+    pw, _ = random_packed("Q4_K", 128, 1024, seed=7)
+    gu, _ = random_packed("Q4_K", 128, 1024, seed=8)
+    pw, gu = pw.to(device), gu.to(device)
+    nw = torch.rand(128, generator=g).to(device)
+    for dtype, _ in _tolerances(dtypes):
+        for m in (1, 2):
+            a = torch.randn(m, 1024, generator=g).to(device, dtype)
+            x0 = torch.randn(m, 128, generator=g).to(device, dtype)
+            xa, ha, xb, hb = x0.clone(), torch.empty_like(x0), x0.clone(), torch.empty_like(x0)
+            tk.packed_residual_norm(a, pw, xa, ha, nw.to(dtype), 1e-6, splits=4)
+            tf.residual_norm(tk.packed_partials(a, pw, splits=4), xb, hb, nw.to(dtype), 1e-6)
+            out.append((f"tail residual + norm {_dt(dtype)} {m} row(s): x", xa.double().cpu(),
+                        xb.double().cpu(), 0.0))
+            out.append((f"tail residual + norm {_dt(dtype)} {m} row(s): h", ha.double().cpu(),
+                        hb.double().cpu(), 0.0))
+            got = tk.packed_swiglu(a, gu, splits=4)
+            want = tk.swiglu_from_partials(tk.packed_partials(a, gu, splits=4),
+                                           tk.swiglu_block(gu, device), torch.empty_like(got))
+            out.append((f"tail SwiGLU {_dt(dtype)} {m} row(s)", got.double().cpu(),
+                        want.double().cpu(), 0.0))
     return out
 
 

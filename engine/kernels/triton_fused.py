@@ -35,12 +35,62 @@ import triton.language as tl
 
 
 @triton.jit
-def _sum_parts(ws_ptr, row_off, cols, mask, sws, S: tl.constexpr):
-    """sum_{s < S} ws[s, row, cols] in the order s = 0, 1, ... (float32)."""
-    acc = tl.load(ws_ptr + row_off + cols, mask=mask, other=0.0)
-    for s in tl.static_range(1, S):
-        acc += tl.load(ws_ptr + s * sws + row_off + cols, mask=mask, other=0.0)
+def _sum_parts(ws_ptr, row_off, cols, mask, sws, S: tl.constexpr, CG: tl.constexpr = False):
+    """sum_{s < S} ws[s, row, cols] in the order s = 0, 1, ... (float32). CG: loads past the L1
+    (the matmul's tail reads what the launch's other programs wrote)."""
+    if CG:
+        acc = tl.load(ws_ptr + row_off + cols, mask=mask, other=0.0, cache_modifier=".cg")
+        for s in tl.static_range(1, S):
+            acc += tl.load(ws_ptr + s * sws + row_off + cols, mask=mask, other=0.0,
+                           cache_modifier=".cg")
+    else:
+        acc = tl.load(ws_ptr + row_off + cols, mask=mask, other=0.0)
+        for s in tl.static_range(1, S):
+            acc += tl.load(ws_ptr + s * sws + row_off + cols, mask=mask, other=0.0)
     return acc
+
+
+@triton.jit
+def _sum_squares(xf):
+    """Each row's sum of squares of xf [RB, TB] (float32, zeros where masked), the same bits
+    whatever the tile's shape, warps or layout (the norm runs in the matmul's tail and in its
+    own kernel: a row must get the same value from both). Order-free: the row's largest |x|
+    (a max: exact in any order) picks the power of two s that brings it into [1, 2); each
+    (x s)^2, truncated to a multiple of 2^-40 (elementwise), is summed as an int64 (exact,
+    associative) and scaled back. N <= 2^16 values below 4 stay below 2^58; the truncation
+    costs at most N 2^-40 against a sum of at least 1: float32's own rounding. A row holding
+    inf or NaN takes the float sum (inf or NaN in any order)."""
+    a = tl.max(tl.abs(xf), axis=1)
+    e = tl.minimum((a.to(tl.int32, bitcast=True) >> 23) & 0xFF, 253)
+    s = ((254 - e) << 23).to(tl.float32, bitcast=True)           # 2^(127 - e)
+    y = xf * s[:, None]
+    sq = y * y
+    fx = (tl.where(sq <= 16.0, sq, 0.0) * 1099511627776.0).to(tl.int64)      # 2^40
+    ss = tl.sum(fx, axis=1).to(tl.float32) * (1.0 / 1099511627776.0) / s / s
+    bad = tl.sum(tl.where(tl.abs(xf) <= 3.4028234663852886e38, 0, 1), axis=1)
+    return tl.where(bad == 0, ss, tl.sum(xf * xf, axis=1))
+
+
+@triton.jit
+def _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, M, N, sws, swr, sxr, shr, eps,
+                        S: tl.constexpr, TB: tl.constexpr, CG: tl.constexpr):
+    """Rows `rows` (< M) of x [., N]: x = round(x + round(sum_s ws[s, row])) (S = 0: x as it
+    is), stored in place; h = round(x * rsqrt(mean(x^2) + eps) * w). Each row from its own
+    values alone, with _sum_squares' order-free sum: the same bits for any tile of rows."""
+    c = tl.arange(0, TB)
+    m = (rows[:, None] < M) & (c[None, :] < N)
+    dt = x_ptr.dtype.element_ty
+    xp = x_ptr + rows[:, None] * sxr + c[None, :]
+    x = tl.load(xp, mask=m, other=0.0)
+    if S > 0:
+        y = _sum_parts(ws_ptr, rows[:, None] * swr, c[None, :], m, sws, S, CG).to(dt)
+        x = (x.to(tl.float32) + y.to(tl.float32)).to(dt)
+        tl.store(xp, x, mask=m)
+    xf = x.to(tl.float32)
+    rstd = tl.rsqrt(_sum_squares(xf) / N + eps)
+    w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
+    tl.store(h_ptr + rows[:, None] * shr + c[None, :],
+             (xf * rstd[:, None] * w[None, :]).to(h_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -48,35 +98,32 @@ def _residual_norm_kernel(ws_ptr, x_ptr, h_ptr, w_ptr, N, sws, swr, sxr, shr, ep
                           S: tl.constexpr, BLOCK: tl.constexpr):
     """Row r: x[r] = round(x[r] + round(sum_s ws[s, r])) (S = 0: x[r] as it is), then
     h[r] = round(x[r] * rsqrt(mean(x[r]^2) + eps) * w). x is updated in place."""
-    r = tl.program_id(0)
-    c = tl.arange(0, BLOCK)
-    m = c < N
-    dt = x_ptr.dtype.element_ty
-    x = tl.load(x_ptr + r * sxr + c, mask=m, other=0.0)
-    if S > 0:
-        y = _sum_parts(ws_ptr, r * swr, c, m, sws, S).to(dt)
-        x = (x.to(tl.float32) + y.to(tl.float32)).to(dt)
-        tl.store(x_ptr + r * sxr + c, x, mask=m)
-    xf = x.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / N + eps)
-    w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
-    tl.store(h_ptr + r * shr + c, (xf * rstd * w).to(h_ptr.dtype.element_ty), mask=m)
+    rows = tl.program_id(0) + tl.arange(0, 1)
+    _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, rows + 1, N, sws, swr, sxr, shr, eps,
+                        S, BLOCK, False)
+
+
+@triton.jit
+def _swiglu_rows(ws_ptr, o_ptr, rows, i, M, NH, sws, swr, sor, HB: tl.constexpr,
+                 S: tl.constexpr, CG: tl.constexpr):
+    """Rows `rows` (< M), outputs i (< NH): gate and up are the partial sums of a gate|up weight
+    whose rows are interleaved in blocks of HB (block b: gate rows bHB.., then up rows bHB..);
+    o[r, i] = round(silu(round(g)) * round(u)). Elementwise: any tile gives the same bits."""
+    m = (rows[:, None] < M) & (i[None, :] < NH)
+    col_g = (i // HB) * (2 * HB) + i % HB
+    dt = o_ptr.dtype.element_ty
+    g = _sum_parts(ws_ptr, rows[:, None] * swr, col_g[None, :], m, sws, S, CG).to(dt).to(tl.float32)
+    u = _sum_parts(ws_ptr, rows[:, None] * swr, col_g[None, :] + HB, m, sws, S, CG).to(dt).to(tl.float32)
+    tl.store(o_ptr + rows[:, None] * sor + i[None, :], (g * tl.sigmoid(g) * u).to(dt), mask=m)
 
 
 @triton.jit
 def _reduce_swiglu_kernel(ws_ptr, o_ptr, NH, sws, swr, sor, HB: tl.constexpr,
                           S: tl.constexpr, BLOCK: tl.constexpr):
-    """Row r, outputs i in this program's block: gate and up are the partial sums of a gate|up
-    weight whose rows are interleaved in blocks of HB (block b: gate rows bHB.., then up rows
-    bHB..); o[r, i] = round(silu(round(g)) * round(u))."""
-    r = tl.program_id(0)
+    """Row r, outputs i in this program's block (_swiglu_rows)."""
+    rows = tl.program_id(0) + tl.arange(0, 1)
     i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    m = i < NH
-    col_g = (i // HB) * (2 * HB) + i % HB
-    dt = o_ptr.dtype.element_ty
-    g = _sum_parts(ws_ptr, r * swr, col_g, m, sws, S).to(dt).to(tl.float32)
-    u = _sum_parts(ws_ptr, r * swr, col_g + HB, m, sws, S).to(dt).to(tl.float32)
-    tl.store(o_ptr + r * sor + i, (g * tl.sigmoid(g) * u).to(dt), mask=m)
+    _swiglu_rows(ws_ptr, o_ptr, rows, i, rows + 1, NH, sws, swr, sor, HB, S, False)
 
 
 @triton.jit

@@ -98,7 +98,7 @@ from .triton_int8 import _i8_matmul
 from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel, _xperm_order
 
 __all__ = ["packed_matmul", "packed_partials", "packed_swiglu", "swiglu_block", "kernel_config",
-           "swiglu_from_partials",
+           "swiglu_from_partials", "packed_residual_norm", "tail_rows",
            "SUPPORTED_QTYPES", "MAX_ROWS"]
 
 BK = 256               # K values per tile (one K-quant superblock, eight 32-blocks)
@@ -349,9 +349,48 @@ def _operands(x: torch.Tensor, w, override: dict) -> tuple:
 _FEWER_STAGES: dict[tuple, int] = {}     # (qtype, n, k, row slices, dtype) -> stages that fit
 
 
-def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bool = False) -> None:
+# The step after a split matmul (the residual and norm after o and down, the SwiGLU of a split
+# gate|up) runs in the matmul's tail when the rows are few (plain steps, small windows): the
+# launch's last program does it (_packed_mm_kernel's TAIL), instead of a launch of its own. The
+# same bits either way (triton_fused: order-free norm sums, elementwise SwiGLU).
+# SPECSCOPE_TAIL=0 turns it off (for comparisons); a tail's tile holds at most _TAIL_ELEMS values.
+_TAIL = os.environ.get("SPECSCOPE_TAIL", "1") != "0"
+_TAIL_ELEMS = 8192
+_TAIL_COUNTERS: dict = {}      # device -> int32 [1]: programs done; each tail resets it to 0
+
+
+def tail_rows(width: int) -> int:
+    """How many rows a matmul's tail takes for a step over `width` values (0: tails off)."""
+    return max(1, _TAIL_ELEMS // triton.next_power_of_2(width)) if _TAIL else 0
+
+
+def _tail_counter(device: torch.device) -> torch.Tensor:
+    # created on first use, a warm-up run before any graph capture (as attention's counters)
+    c = _TAIL_COUNTERS.get(device)
+    if c is None:
+        c = _TAIL_COUNTERS[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return c
+
+
+def _tail_args(tail, dst, m: int) -> tuple:
+    """(cnt, tx, th, tw, tsx, tsh, eps) and the constexprs of a tail (kind, x, h, w, eps, width,
+    hb, splits), or placeholders for none."""
+    if tail is None:
+        return (dst, dst, dst, dst, 0, 0, 0.0), {}
+    kind, x, h, w, eps, width, hb, splits = tail
+    if m > MAX_ROWS or h.stride(-1) != 1 or (x is not None and x.stride(-1) != 1):
+        raise ValueError("packed matmul tail: at most 64 rows of contiguous outputs")
+    return ((_tail_counter(h.device), x if x is not None else h, h, w if w is not None else h,
+             x.stride(0) if x is not None else 0, h.stride(0), float(eps)),
+            {"TAIL": kind, "TS": splits, "TB": triton.next_power_of_2(width),
+             "RB": triton.next_power_of_2(m), "HB": hb})
+
+
+def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bool = False,
+            tail: tuple | None = None) -> None:
     """The dequantizing kernel over x2's rows, 64 at a time: dst rows follow x2's (stride som;
-    split partials at stride sop)."""
+    split partials at stride sop). tail: the step that reads the partials, run by the launch's
+    last program (_tail_args)."""
     grid = (triton.cdiv(n, cfg["BN"]), cfg["splits"])
     # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
     # dot_precision.py); 0 for 16-bit activations
@@ -373,11 +412,13 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
         # there, one stage for float32 and 3-4 slices, two for 2 slices. Stages move loads, not
         # arithmetic: the bits do not change.
         stages = _stages(cfg, m, gpu_backend() == "hip", ieee)
+        targs, tkw = _tail_args(tail, dst, m)
         while True:
             try:
                 _packed_mm_kernel[grid](
                     xc, dst[r0 * som:], *planes, m, n, k, xc.stride(0), som, sop,
                     k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (specialized)
+                    *targs, **tkw,
                     TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=nmb,
                     SPLIT=split, EVEN_K=k % 256 == 0, IEEE=ieee,
                     SB=cfg["SB"], JS=cfg["JS"], SWIGLU=swiglu, num_warps=cfg["num_warps"],
@@ -417,6 +458,26 @@ def packed_partials(x: torch.Tensor, w, **override) -> torch.Tensor:
     return ws
 
 
+def packed_residual_norm(x: torch.Tensor, w, xres: torch.Tensor, h: torch.Tensor,
+                         norm_w: torch.Tensor, eps: float, **override) -> None:
+    """xres [M, N] += x @ dequant(w).T (its split partials added in the order s = 0, 1, ...),
+    then h [M, N] = RMSNorm(xres) * norm_w: triton_fused.residual_norm over packed_partials,
+    whose bits it gives. Up to tail_rows(N) rows the residual and norm run in the matmul's
+    tail: one launch. ``override``: see ``kernel_config``."""
+    qtype, n, k, x2, planes, cfg = _operands(x, w, override)
+    m = x2.shape[0]
+    if m == 0:
+        return
+    ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
+    if m <= tail_rows(n):
+        _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True,
+                tail=(1, xres, h, norm_w, eps, n, 1, cfg["splits"]))
+        return
+    _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True)
+    from engine.kernels.triton_fused import residual_norm
+    residual_norm(ws, xres, h, norm_w, eps)
+
+
 def swiglu_block(w, device: torch.device) -> int:
     """The interleave block HB of a gate|up weight for ``packed_swiglu`` on ``device``: half the
     kernel's row block for the shape (a function of the shape and the device only)."""
@@ -425,11 +486,12 @@ def swiglu_block(w, device: torch.device) -> int:
     return kernel_config(_qtype(w), n, k, sms)["BN"] // 2
 
 
-def packed_swiglu(x: torch.Tensor, w) -> torch.Tensor:
+def packed_swiglu(x: torch.Tensor, w, **override) -> torch.Tensor:
     """silu(gate) * up for a gate|up weight interleaved in blocks of ``swiglu_block(w)`` rows
     (gate rows bHB.. then up rows bHB.., block after block). x: [M, K] -> [M, N/2] in x.dtype:
-    in the matmul's epilogue when the shape is not split, else partials and one reduction."""
-    qtype, n, k, x2, planes, cfg = _operands(x, w, {})
+    in the matmul's epilogue when the shape is not split, else partials and one reduction (in
+    the matmul's tail for few rows). ``override``: see ``kernel_config``."""
+    qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     out = torch.empty((m, n // 2), dtype=x.dtype, device=x.device)
     if m == 0:
@@ -437,7 +499,12 @@ def packed_swiglu(x: torch.Tensor, w) -> torch.Tensor:
     if cfg["splits"] == 1:
         _launch(x2.contiguous(), planes, qtype, n, k, cfg, out.view(-1), n // 2, 0, False, swiglu=True)
         return out
-    return swiglu_from_partials(packed_partials(x2, w), cfg["BN"] // 2, out)
+    if m <= tail_rows(n // 2):       # few rows: the SwiGLU in the matmul's tail, one launch
+        ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
+        _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True,
+                tail=(2, None, out, None, 0.0, n // 2, cfg["BN"] // 2, cfg["splits"]))
+        return out
+    return swiglu_from_partials(packed_partials(x2, w, **override), cfg["BN"] // 2, out)
 
 
 def swiglu_from_partials(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:

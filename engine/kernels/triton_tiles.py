@@ -11,6 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_fused import _residual_norm_rows, _swiglu_rows
 from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
 from .triton_rdna import _kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _tile_q4_01_rdna
 
@@ -491,27 +492,27 @@ def _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, s
 def _packed_mm_kernel(
     x_ptr, o_ptr, p0, p1, p2, p3, p4, p5,
     M, N, K, sxm, som, sop, K4, K8, K16, K32, K256,
+    cnt_ptr, tx_ptr, th_ptr, tw_ptr, tsx, tsh, eps,
     TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
     EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
     SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1, X1: tl.constexpr = False,
     XP: tl.constexpr = False, RNE: tl.constexpr = False, DW: tl.constexpr = False, RDNA: tl.constexpr = False,
+    TAIL: tl.constexpr = 0, TS: tl.constexpr = 1, TB: tl.constexpr = 16, RB: tl.constexpr = 1, HB: tl.constexpr = 1,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
     output is silu(gate) * up of an interleaved gate|up weight (``_store_swiglu``). HDR: how
     Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic).
     X1, XP (x loads), RNE (bf16 rounding in integer ops), DW (scale loads): the same bits
-    (``_xload1``, ``_xperm_order``, ``_to_dot_type``, ``_kscales``); RDNA: ``triton_rdna``."""
+    (``_xload1``, ``_xperm_order``, ``_to_dot_type``, ``_kscales``); RDNA: ``triton_rdna``.
+    TAIL: the step after the split partials, in the launch's last program (``_tail``)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
     rn = tl.minimum(rn_out, N - 1)          # clamped rows: loads need no N mask
 
-    acc0 = tl.zeros([BN, 16], dtype=tl.float32)
-    acc1 = tl.zeros([BN, 16], dtype=tl.float32)
-    acc2 = tl.zeros([BN, 16], dtype=tl.float32)
-    acc3 = tl.zeros([BN, 16], dtype=tl.float32)
-
+    z = tl.zeros([BN, 16], dtype=tl.float32)
+    acc0, acc1, acc2, acc3 = z, z, z, z
     # the host picks a split count dividing the tile count: every split has TPS tiles (a
     # constexpr: a known trip count, and Triton 3.6's CPU interpreter cannot loop over a
     # runtime scalar with numpy >= 2.4)
@@ -526,12 +527,10 @@ def _packed_mm_kernel(
         elif QT == 2:
             acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,
                                                  M, K, sxm, K8, K32, True, NMB, EVEN_K, IEEE, RNE, RDNA)
-        elif QT == 3:
-            # Q4_K planes: qs, d, dmin, sc, mn
+        elif QT == 3:       # Q4_K planes: qs, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p1, p2, p3, p4, rn, kb,
                                                 M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP, RNE, DW, RDNA)
-        elif QT == 4:
-            # Q5_K planes: qs, qh, d, dmin, sc, mn
+        elif QT == 4:       # Q5_K planes: qs, qh, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, p4, p5, rn, kb,
                                                 M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB, X1, XP, RNE, DW)
         elif QT == 7:
@@ -548,6 +547,32 @@ def _packed_mm_kernel(
                                                M, K, sxm, K8, K16, K256, NMB, IEEE, SB, RNE)
 
     _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU)
+    if TAIL != 0:
+        _tail(o_ptr, cnt_ptr, tx_ptr, th_ptr, tw_ptr, M, N, som, sop, tsx, tsh, eps, TAIL, TS, TB, RB, HB)
+
+
+@triton.jit
+def _tail(o_ptr, cnt_ptr, tx_ptr, th_ptr, tw_ptr, M, N, som, sop, tsx, tsh, eps,
+          TAIL: tl.constexpr, TS: tl.constexpr, TB: tl.constexpr, RB: tl.constexpr,
+          HB: tl.constexpr):
+    """The step that reads a split launch's partials (o_ptr [TS, M, N], rows M <= RB), run by
+    its last program to finish (a counter at cnt_ptr, which that program resets), so the step
+    costs no launch of its own: TAIL 1, the residual and RMSNorm (tx [M, N] += the partials'
+    sum, th = norm(tx) * tw; triton_fused._residual_norm_rows); 2, the SwiGLU of an interleaved
+    gate|up weight into th [M, N/2] (blocks of HB; triton_fused._swiglu_rows). Each row gets
+    the bits their own kernels give it (order-free sums, elementwise ops): rows stay invariant
+    whichever runs them. The release makes this program's partials visible to the last one,
+    whose acquire sees every program's (as the attention kernel's combine)."""
+    done = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+    if done == tl.num_programs(0) * tl.num_programs(1) - 1:
+        rows = tl.arange(0, RB)
+        if TAIL == 1:
+            _residual_norm_rows(o_ptr, tx_ptr, th_ptr, tw_ptr, rows, M, N, sop, som, tsx, tsh,
+                                eps, TS, TB, True)
+        else:
+            _swiglu_rows(o_ptr, th_ptr, rows, tl.arange(0, TB), M, N // 2, sop, som, tsh, HB,
+                         TS, True)
+        tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit

@@ -10,6 +10,10 @@ every verify row stays bit-identical to the one-row pass). A layer:
       -> o partials -> _residual_norm_kernel (x += o; h = norm(x))
       -> gate|up with the SwiGLU epilogue -> down partials -> _residual_norm_kernel
 
+For a few rows (a plain step, a small window) the residual + norm and a split gate|up's SwiGLU
+run in the tail of the matmul before them (engine.kernels.triton_kernels.packed_residual_norm,
+packed_swiglu): ~7 launches a layer instead of ~9, the same bits.
+
 A long prefill (at least DENSE_PREFILL_ROWS rows, every weight of a type
 engine.kernels.triton_unpack takes) dequantizes each weight into a scratch matrix and runs the
 vendor GEMM instead of the packed kernel, which would re-stream the weight every 64 rows; the
@@ -100,6 +104,15 @@ class FusedForward:
         from engine.kernels.triton_fused import residual_norm
         residual_norm(ws, x, h, w, self.model.cfg.rms_eps)
 
+    def _linear_norm(self, a: torch.Tensor, w: PackedWeight, dense: bool, x: torch.Tensor,
+                     h: torch.Tensor, nw: torch.Tensor) -> None:
+        """x += a @ w.T; h = norm(x) * nw (one launch for few rows: the matmul's tail)."""
+        if dense:
+            self._norm(self._partials(a, w, True), x, h, nw)
+            return
+        from engine.kernels.triton_kernels import packed_residual_norm
+        packed_residual_norm(a, w, x, h, nw, self.model.cfg.rms_eps)
+
     @staticmethod
     def _partials(x: torch.Tensor, w: PackedWeight, dense: bool) -> torch.Tensor:
         """x @ w.T as float32 partial sums [S, R, N]: the packed kernel's split-K partials, or
@@ -156,10 +169,10 @@ class FusedForward:
                 a = attend(q, cache.kv[i, 0], cache.kv[i, 1]).reshape(R, Hq * D)
             else:
                 a = sdpa_gqa(q, cache, i, bias)
-            self._norm(self._partials(a, L.o.parts[0], dense), x, h, L.mlp_norm)
+            self._linear_norm(a, L.o.parts[0], dense, x, h, L.mlp_norm)
             act = self._swiglu(h, L.gate_up.parts[0], L.gate_up.swiglu_block, dense)
             nxt = layers[i + 1].attn_norm if i + 1 < len(layers) else m.norm
-            self._norm(self._partials(act, L.down.parts[0], dense), x, h, nxt)
+            self._linear_norm(act, L.down.parts[0], dense, x, h, nxt)
         if last_only:
             h = h[-1:]
         return m.lm_head(h, invariant=attend is not None).float()

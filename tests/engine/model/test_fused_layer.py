@@ -155,3 +155,74 @@ def test_dense_unpack_of_q4_kn_equals_q4_k():
     assert torch.equal(out, dequantize_packed(pw))
     out = dequantize_dense(native_q4_k(pw), torch.empty(24, 768, dtype=torch.float16))
     assert torch.equal(out, dequantize_dense(pw, torch.empty(24, 768, dtype=torch.float16)))
+
+
+@child_only
+@pytest.mark.parametrize("qtype,n,k", [("Q4_1", 96, 1024), ("Q4_K", 256, 1024), ("Q8_0", 64, 96)])
+def test_matmul_tails_equal_their_own_kernels(qtype, n, k):
+    """The residual + norm and the SwiGLU run in a split matmul's tail for few rows: x, h and
+    the SwiGLU equal the partials summed by their own kernels bit for bit (split counts 1-4),
+    and the norm equals float64's to float32 rounding. Control: more rows than a tail takes
+    run the separate kernels, and a bf16 row rounded otherwise would differ."""
+    from engine.kernels import triton_fused as tf
+    from engine.kernels import triton_kernels as tk
+    from engine.kernels.kernel_catalog import random_packed
+    g = torch.Generator().manual_seed(11)
+    pw, ref = random_packed(qtype, n, k, seed=2)
+    gu, _ = random_packed(qtype, 2 * n, k, seed=3)
+    splits = tk.kernel_config(qtype, n, k, tk._sms(torch.empty(0)))["splits"]
+    seen = set()
+    for m in (1, 3, tk.tail_rows(n) + 1):
+        a = torch.randn(m, k, generator=g)
+        x0, nw = torch.randn(m, n, generator=g), torch.rand(n, generator=g)
+        xa, ha = x0.clone(), torch.empty(m, n)
+        tk.packed_residual_norm(a, pw, xa, ha, nw, 1e-6)
+        xb, hb = x0.clone(), torch.empty(m, n)
+        tf.residual_norm(tk.packed_partials(a, pw), xb, hb, nw, 1e-6)
+        assert torch.equal(xa, xb) and torch.equal(ha, hb)
+        xr = x0.double() + a.double() @ ref.double().T
+        want = xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-6) * nw.double()
+        assert (ha.double() - want).abs().max() <= 1e-5 * want.abs().max()
+        cfg = tk.kernel_config(qtype, 2 * n, k, tk._sms(a))
+        got = tk.packed_swiglu(a, gu)
+        assert torch.equal(got, tk.swiglu_from_partials(tk.packed_partials(a, gu), cfg["BN"] // 2,
+                                                        torch.empty(m, n)))
+        seen.add(m <= tk.tail_rows(n))
+        gu_splits = cfg["splits"]
+    assert seen == {True, False}
+    assert qtype == "Q8_0" or (splits > 1 and gu_splits > 1)      # the tails add partials
+
+
+if _CHILD:
+    import triton
+    import triton.language as tl
+    from engine.kernels.triton_fused import _sum_squares
+
+    @triton.jit
+    def _sum_squares_kernel(x_ptr, o_ptr, N, RB: tl.constexpr, TB: tl.constexpr):
+        r = tl.program_id(0) * RB + tl.arange(0, RB)
+        c = tl.arange(0, TB)
+        x = tl.load(x_ptr + r[:, None] * N + c[None, :], mask=c[None, :] < N, other=0.0)
+        tl.store(o_ptr + r, _sum_squares(x))
+
+
+@child_only
+def test_norm_sum_of_squares_is_order_free_and_exact_enough():
+    """_sum_squares (the norm's order-free sum): float64's sum to float32 rounding on rows of
+    mixed scale, 0 for a zero row, inf and NaN where the float sum gives them; and a row in a
+    tile of 8 rows gets the bits it gets alone."""
+    k = _sum_squares_kernel
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(8, 300, generator=g) * torch.logspace(-15, 15, 8)[:, None]
+    x[1] = 0
+    x[2, 3] = 1e4          # one large value over small ones
+    x[5, 7] = float("inf")
+    x[6, 9] = float("nan")
+    tiled, alone = torch.empty(8), torch.empty(8)
+    k[(1,)](x, tiled, 300, RB=8, TB=512)
+    k[(8,)](x, alone, 300, RB=1, TB=512)
+    assert torch.equal(tiled.nan_to_num(), alone.nan_to_num())
+    want = x.double().pow(2).sum(-1)
+    ok = [0, 2, 3, 4, 7]
+    assert torch.allclose(tiled[ok].double(), want[ok], rtol=2e-7, atol=0)
+    assert tiled[1] == 0 and tiled[5] == float("inf") and tiled[6].isnan()
