@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Device calls for issue 36 (BENCHMARKS.md, "The step after a split matmul in its tail"): the
-# residual + norm and the split SwiGLU run in the matmul's tail (SPECSCOPE_TAIL=1, the default)
+# residual + norm and the split SwiGLU run in the matmul's tail (SPECSCOPE_TAIL=1, opt-in)
 # against their own launches (SPECSCOPE_TAIL=0), one tree, and the issue's figures beside
 # llama.cpp built in the same session. Expects the bundled GGUF joined at /tmp/model
 # (../shared/tools/split-model-for-device), the gguf wheel in .whl, llama.cpp's source in .peers
 # (../shared/tools/llamacpp-on-device) and the tokenizer GGUF in .device_tok. Results in $OUT.
 #   bash bench/tail_session.sh exact   # llama.cpp built in the background (llama-bench,
 #                                      # llama-speculative-simple) while the doctor and
-#                                      # bench/gpu_exact_all_session.sh new run
+#                                      # bench/gpu_exact_all_session.sh new run with the tails
+#                                      # on (TAIL=0 for the default path)
 #   bash bench/tail_session.sh speed   # bundled: host_steps TAIL 0 / 1 interleaved twice; 3
 #                                      # rounds of llama-bench tg128 d1000 and our decode
 #                                      # (TAIL 0 / 1); the one-row pass's kernels
@@ -39,7 +40,7 @@ exact)
      -DCMAKE_BUILD_TYPE=Release > /tmp/lcpp/cmake.log 2>&1 &&
    cmake --build build -j 10 --target llama-bench llama-speculative-simple > /tmp/lcpp/build.log 2>&1
    echo "llama.cpp build rc $?") &
-  bash bench/gpu_exact_all_session.sh new
+  SPECSCOPE_TAIL=${TAIL:-1} bash bench/gpu_exact_all_session.sh new
   wait ;;
 speed)
   for t in 0 1 0 1; do

@@ -457,8 +457,13 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
 def _tail_configs(t: Target, scope: str, dtype: torch.dtype) -> Iterator[tuple[str, Call]]:
     """The residual + norm and the SwiGLU in a split matmul's tail, one row (a plain step): the
     bundled model's down, the 8B's down, the bundled gate|up (where the target splits it);
-    kernels: the first only."""
+    kernels: the first only. And the order-free residual norm the rows past a tail take."""
+    from engine.kernels import triton_fused as tf
     from engine.kernels import triton_kernels as tk
+    yield (f"residual norm, order-free {_dt(dtype)} 576 S3",      # the rows the tails leave
+           lambda d=dtype: tf.residual_norm(_meta(3, 9, 576), _meta(9, 576, dtype=d),
+                                            _meta(9, 576, dtype=d), _meta(576, dtype=d), 1e-6,
+                                            order_free=True))
     for q, (n, k) in (("Q4_1", (576, 1536)), ("Q4_K", (4096, 12288)), ("Q4_1", (3072, 576))):
         if scope == "kernels" and (q, n) != ("Q4_1", 576):
             continue
@@ -468,11 +473,11 @@ def _tail_configs(t: Target, scope: str, dtype: torch.dtype) -> Iterator[tuple[s
             yield (f"residual norm in the tail {q} {_dt(dtype)} {n}x{k}",
                    lambda n=n, k=k, q=q, d=dtype, c=cfg: tk.packed_residual_norm(
                        _meta(1, k, dtype=d), _meta_packed(q, n, k), _meta(1, n, dtype=d),
-                       _meta(1, n, dtype=d), _meta(n, dtype=d), 1e-6, **c))
+                       _meta(1, n, dtype=d), _meta(n, dtype=d), 1e-6, tail=True, **c))
         elif cfg["splits"] > 1:
             yield (f"SwiGLU in the tail {q} {_dt(dtype)} {n}x{k}",
                    lambda n=n, k=k, q=q, d=dtype, c=cfg: tk.packed_swiglu(
-                       _meta(1, k, dtype=d), _meta_packed(q, n, k), **c))
+                       _meta(1, k, dtype=d), _meta_packed(q, n, k), tail=True, **c))
 
 
 def _unpack_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
@@ -531,7 +536,8 @@ def _fused_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 def _tail_smoke(device: torch.device, g: torch.Generator, dtypes=DTYPES) -> Smoke:
     """The residual + norm and the SwiGLU in a split matmul's tail against their own kernels
     over the same partials, bit for bit (each dtype; 1 and 2 rows; 4 splits): the rows a tail
-    runs must equal the rows the separate kernels run."""
+    runs must equal the rows the separate kernels run (checked whether SPECSCOPE_TAIL is on or
+    not: the tails are opt-in until measured on a card)."""
     from engine.kernels import triton_fused as tf
     from engine.kernels import triton_kernels as tk
     out = []
@@ -544,13 +550,14 @@ def _tail_smoke(device: torch.device, g: torch.Generator, dtypes=DTYPES) -> Smok
             a = torch.randn(m, 1024, generator=g).to(device, dtype)
             x0 = torch.randn(m, 128, generator=g).to(device, dtype)
             xa, ha, xb, hb = x0.clone(), torch.empty_like(x0), x0.clone(), torch.empty_like(x0)
-            tk.packed_residual_norm(a, pw, xa, ha, nw.to(dtype), 1e-6, splits=4)
-            tf.residual_norm(tk.packed_partials(a, pw, splits=4), xb, hb, nw.to(dtype), 1e-6)
+            tk.packed_residual_norm(a, pw, xa, ha, nw.to(dtype), 1e-6, tail=True, splits=4)
+            tf.residual_norm(tk.packed_partials(a, pw, splits=4), xb, hb, nw.to(dtype), 1e-6,
+                             order_free=True)
             out.append((f"tail residual + norm {_dt(dtype)} {m} row(s): x", xa.double().cpu(),
                         xb.double().cpu(), 0.0))
             out.append((f"tail residual + norm {_dt(dtype)} {m} row(s): h", ha.double().cpu(),
                         hb.double().cpu(), 0.0))
-            got = tk.packed_swiglu(a, gu, splits=4)
+            got = tk.packed_swiglu(a, gu, tail=True, splits=4)
             want = tk.swiglu_from_partials(tk.packed_partials(a, gu, splits=4),
                                            tk.swiglu_block(gu, device), torch.empty_like(got))
             out.append((f"tail SwiGLU {_dt(dtype)} {m} row(s)", got.double().cpu(),

@@ -29,9 +29,18 @@ Imported lazily (engine.model.fused_layer, only on a GPU with Triton): Triton is
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
+
+# The step after a split matmul (the residual and norm after o and down, the SwiGLU of a split
+# gate|up) in the matmul's tail for few rows (engine.kernels.triton_kernels.tail_rows), instead
+# of a launch of its own: SPECSCOPE_TAIL=1. Off by default until a card has measured it (the
+# speed and the exactness check, bench/tail_session.sh); with it on, every residual norm takes
+# the order-free sum of squares, so a tail and this module's kernel give a row the same bits.
+TAILS = os.environ.get("SPECSCOPE_TAIL", "0") == "1"
 
 
 @triton.jit
@@ -95,12 +104,29 @@ def _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, M, N, sws, swr, sxr, 
 
 @triton.jit
 def _residual_norm_kernel(ws_ptr, x_ptr, h_ptr, w_ptr, N, sws, swr, sxr, shr, eps,
-                          S: tl.constexpr, BLOCK: tl.constexpr):
+                          S: tl.constexpr, BLOCK: tl.constexpr, OF: tl.constexpr = False):
     """Row r: x[r] = round(x[r] + round(sum_s ws[s, r])) (S = 0: x[r] as it is), then
-    h[r] = round(x[r] * rsqrt(mean(x[r]^2) + eps) * w). x is updated in place."""
-    rows = tl.program_id(0) + tl.arange(0, 1)
-    _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, rows + 1, N, sws, swr, sxr, shr, eps,
-                        S, BLOCK, False)
+    h[r] = round(x[r] * rsqrt(mean(x[r]^2) + eps) * w). x is updated in place. OF (with the
+    matmul tails, TAILS): the sum of squares order-free, as the tails compute it
+    (_residual_norm_rows); else a float sum whose order follows N only."""
+    if OF:
+        rows = tl.program_id(0) + tl.arange(0, 1)
+        _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, rows + 1, N, sws, swr, sxr, shr,
+                            eps, S, BLOCK, False)
+    else:
+        r = tl.program_id(0)
+        c = tl.arange(0, BLOCK)
+        m = c < N
+        dt = x_ptr.dtype.element_ty
+        x = tl.load(x_ptr + r * sxr + c, mask=m, other=0.0)
+        if S > 0:
+            y = _sum_parts(ws_ptr, r * swr, c, m, sws, S).to(dt)
+            x = (x.to(tl.float32) + y.to(tl.float32)).to(dt)
+            tl.store(x_ptr + r * sxr + c, x, mask=m)
+        xf = x.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / N + eps)
+        w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
+        tl.store(h_ptr + r * shr + c, (xf * rstd * w).to(h_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -204,16 +230,18 @@ def _qkv_rope_kernel(wa_ptr, wb_ptr, bias_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr,
 
 
 def residual_norm(ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor, w: torch.Tensor,
-                  eps: float) -> None:
+                  eps: float, order_free: bool | None = None) -> None:
     """x [R, N] += the sum of the partials ws [S, R, N] (None: x as it is), in place; h [R, N] =
-    RMSNorm(x) * w. One program a row; its warps follow N only."""
+    RMSNorm(x) * w. One program a row; its warps follow N only. order_free (default TAILS):
+    the sum of squares the matmul tails take."""
+    order_free = TAILS if order_free is None else order_free
     R, N = x.shape
     block = triton.next_power_of_2(N)
     src = ws if ws is not None else x
     _residual_norm_kernel[(R,)](
         src, x, h, w, N, src.stride(0), src.stride(1) if ws is not None else 0,
         x.stride(0), h.stride(0), eps, S=0 if ws is None else ws.shape[0], BLOCK=block,
-        num_warps=4 if block <= 2048 else 8)
+        num_warps=4 if block <= 2048 else 8, **({"OF": True} if order_free else {}))
 
 
 def reduce_swiglu(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:

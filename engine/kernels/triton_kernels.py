@@ -94,6 +94,7 @@ import torch
 import triton
 
 from .dot_precision import gpu_backend, ieee_code
+from . import triton_fused
 from .triton_int8 import _i8_matmul
 from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel, _xperm_order
 
@@ -352,16 +353,17 @@ _FEWER_STAGES: dict[tuple, int] = {}     # (qtype, n, k, row slices, dtype) -> s
 # The step after a split matmul (the residual and norm after o and down, the SwiGLU of a split
 # gate|up) runs in the matmul's tail when the rows are few (plain steps, small windows): the
 # launch's last program does it (_packed_mm_kernel's TAIL), instead of a launch of its own. The
-# same bits either way (triton_fused: order-free norm sums, elementwise SwiGLU).
-# SPECSCOPE_TAIL=0 turns it off (for comparisons); a tail's tile holds at most _TAIL_ELEMS values.
-_TAIL = os.environ.get("SPECSCOPE_TAIL", "1") != "0"
+# same bits either way (triton_fused: order-free norm sums, elementwise SwiGLU). Opt-in,
+# SPECSCOPE_TAIL=1 (triton_fused.TAILS); a tail's tile holds at most _TAIL_ELEMS values.
 _TAIL_ELEMS = 8192
 _TAIL_COUNTERS: dict = {}      # device -> int32 [1]: programs done; each tail resets it to 0
 
 
-def tail_rows(width: int) -> int:
-    """How many rows a matmul's tail takes for a step over `width` values (0: tails off)."""
-    return max(1, _TAIL_ELEMS // triton.next_power_of_2(width)) if _TAIL else 0
+def tail_rows(width: int, on: bool | None = None) -> int:
+    """How many rows a matmul's tail takes for a step over `width` values (0: tails off; on:
+    default triton_fused.TAILS)."""
+    on = triton_fused.TAILS if on is None else on
+    return max(1, _TAIL_ELEMS // triton.next_power_of_2(width)) if on else 0
 
 
 def _tail_counter(device: torch.device) -> torch.Tensor:
@@ -459,23 +461,25 @@ def packed_partials(x: torch.Tensor, w, **override) -> torch.Tensor:
 
 
 def packed_residual_norm(x: torch.Tensor, w, xres: torch.Tensor, h: torch.Tensor,
-                         norm_w: torch.Tensor, eps: float, **override) -> None:
+                         norm_w: torch.Tensor, eps: float, tail: bool | None = None,
+                         **override) -> None:
     """xres [M, N] += x @ dequant(w).T (its split partials added in the order s = 0, 1, ...),
     then h [M, N] = RMSNorm(xres) * norm_w: triton_fused.residual_norm over packed_partials,
-    whose bits it gives. Up to tail_rows(N) rows the residual and norm run in the matmul's
-    tail: one launch. ``override``: see ``kernel_config``."""
+    whose bits it gives. With tails (tail: default triton_fused.TAILS) and up to
+    tail_rows(N) rows the residual and norm run in the matmul's tail: one launch.
+    ``override``: see ``kernel_config``."""
     qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     if m == 0:
         return
     ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
-    if m <= tail_rows(n):
+    on = triton_fused.TAILS if tail is None else tail
+    if m <= tail_rows(n, on):
         _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True,
                 tail=(1, xres, h, norm_w, eps, n, 1, cfg["splits"]))
         return
     _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True)
-    from engine.kernels.triton_fused import residual_norm
-    residual_norm(ws, xres, h, norm_w, eps)
+    triton_fused.residual_norm(ws, xres, h, norm_w, eps, order_free=on)
 
 
 def swiglu_block(w, device: torch.device) -> int:
@@ -486,11 +490,12 @@ def swiglu_block(w, device: torch.device) -> int:
     return kernel_config(_qtype(w), n, k, sms)["BN"] // 2
 
 
-def packed_swiglu(x: torch.Tensor, w, **override) -> torch.Tensor:
+def packed_swiglu(x: torch.Tensor, w, tail: bool | None = None, **override) -> torch.Tensor:
     """silu(gate) * up for a gate|up weight interleaved in blocks of ``swiglu_block(w)`` rows
     (gate rows bHB.. then up rows bHB.., block after block). x: [M, K] -> [M, N/2] in x.dtype:
     in the matmul's epilogue when the shape is not split, else partials and one reduction (in
-    the matmul's tail for few rows). ``override``: see ``kernel_config``."""
+    the matmul's tail for few rows when tail, default triton_fused.TAILS). ``override``: see
+    ``kernel_config``."""
     qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     out = torch.empty((m, n // 2), dtype=x.dtype, device=x.device)
@@ -499,7 +504,7 @@ def packed_swiglu(x: torch.Tensor, w, **override) -> torch.Tensor:
     if cfg["splits"] == 1:
         _launch(x2.contiguous(), planes, qtype, n, k, cfg, out.view(-1), n // 2, 0, False, swiglu=True)
         return out
-    if m <= tail_rows(n // 2):       # few rows: the SwiGLU in the matmul's tail, one launch
+    if m <= tail_rows(n // 2, tail):     # few rows: the SwiGLU in the matmul's tail, one launch
         ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
         _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True,
                 tail=(2, None, out, None, 0.0, n // 2, cfg["BN"] // 2, cfg["splits"]))

@@ -95,13 +95,15 @@ def test_fused_forward_matches_the_plain_forward(tmp_path, arch, v_type):
 
 
 @child_only
-@pytest.mark.parametrize("arch,v_type", [("llama", "Q4_1")])
-def test_fused_verify_rows_equal_one_row_passes(tmp_path, arch, v_type):
+@pytest.mark.parametrize("arch,v_type,tails", [("llama", "Q4_1", False), ("llama", "Q4_1", True)])
+def test_fused_verify_rows_equal_one_row_passes(tmp_path, monkeypatch, arch, v_type, tails):
     """Row i of a chain verified at committed length n equals, bit for bit, the one-row pass of
     the same token after the chain's first i tokens were committed one by one; so does a tree
     row on a side branch (its ancestors at later slots). Untied models: a tied head is a dense
     float32 matmul, which on the CPU is BLAS (not row-invariant; the GPU checks it with
-    bench/gpu_exact.py)."""
+    bench/gpu_exact.py). With the matmul tails (SPECSCOPE_TAIL=1) too."""
+    from engine.kernels import triton_fused
+    monkeypatch.setattr(triton_fused, "TAILS", tails)
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tiny_models import make_tiny_gguf
     from engine.model.runtime import chain
@@ -172,22 +174,22 @@ def test_matmul_tails_equal_their_own_kernels(qtype, n, k):
     gu, _ = random_packed(qtype, 2 * n, k, seed=3)
     splits = tk.kernel_config(qtype, n, k, tk._sms(torch.empty(0)))["splits"]
     seen = set()
-    for m in (1, 3, tk.tail_rows(n) + 1):
+    for m in (1, 3, tk.tail_rows(n, True) + 1):
         a = torch.randn(m, k, generator=g)
         x0, nw = torch.randn(m, n, generator=g), torch.rand(n, generator=g)
         xa, ha = x0.clone(), torch.empty(m, n)
-        tk.packed_residual_norm(a, pw, xa, ha, nw, 1e-6)
+        tk.packed_residual_norm(a, pw, xa, ha, nw, 1e-6, tail=True)
         xb, hb = x0.clone(), torch.empty(m, n)
-        tf.residual_norm(tk.packed_partials(a, pw), xb, hb, nw, 1e-6)
+        tf.residual_norm(tk.packed_partials(a, pw), xb, hb, nw, 1e-6, order_free=True)
         assert torch.equal(xa, xb) and torch.equal(ha, hb)
         xr = x0.double() + a.double() @ ref.double().T
         want = xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-6) * nw.double()
         assert (ha.double() - want).abs().max() <= 1e-5 * want.abs().max()
         cfg = tk.kernel_config(qtype, 2 * n, k, tk._sms(a))
-        got = tk.packed_swiglu(a, gu)
+        got = tk.packed_swiglu(a, gu, tail=True)
         assert torch.equal(got, tk.swiglu_from_partials(tk.packed_partials(a, gu), cfg["BN"] // 2,
                                                         torch.empty(m, n)))
-        seen.add(m <= tk.tail_rows(n))
+        seen.add(m <= tk.tail_rows(n, True))
         gu_splits = cfg["splits"]
     assert seen == {True, False}
     assert qtype == "Q8_0" or (splits > 1 and gu_splits > 1)      # the tails add partials
