@@ -87,11 +87,11 @@ def header(asm: str, key: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def mix(qtype: str, rows: int, dtype: torch.dtype, target_name: str) -> dict:
+def mix(qtype: str, rows: int, dtype: torch.dtype, target_name: str, override: dict | None = None) -> dict:
     t = TARGETS[target_name]
     n, k = SHAPE
     with compiling_for(t.backend):          # the backend's own configuration (XP, RNE)
-        cfg = tk.kernel_config(qtype, n, k, t.units)
+        cfg = tk.kernel_config(qtype, n, k, t.units, **(override or {}))
     launches = [launch for launch in record(
         lambda: tk.packed_matmul(_meta(rows, k, dtype=dtype), _meta_packed(qtype, n, k), **cfg),
         t.backend) if launch.name.endswith("_packed_mm_kernel")]
@@ -121,6 +121,8 @@ def main() -> None:
     ap.add_argument("--rows", default="1,64", help="activation rows (NMB = ceil(rows/16))")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--json", help="also write the rows as JSON here")
+    ap.add_argument("--types", default=",".join(tk.SUPPORTED_QTYPES), help="GGUF types to compile")
+    ap.add_argument("--override", default="", help="kernel_config keys, e.g. SI=0 (the default's A/B)")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
     out = []
@@ -130,8 +132,9 @@ def main() -> None:
           "scratch B | LDS B |")
     print("|" + "---|" * (len(CLASSES) + 8))
     for rows in (int(r) for r in a.rows.split(",")):
-        for qtype in tk.SUPPORTED_QTYPES:
-            r = mix(qtype, rows, dtype, a.target)
+        override = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in a.override.split(",") if kv}
+        for qtype in a.types.split(","):
+            r = mix(qtype, rows, dtype, a.target, override)
             out.append(r)
             if "error" in r:
                 print(f"| {qtype} | {rows} | compile failed: {r['error']} |")

@@ -223,6 +223,11 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple, backend: str)
     # default: no register shuffle between the dequantization and the dot (16-bit
     # activations; its own K order, so its own bits, row-invariant as every order here)
     cfg.setdefault("RDNA", int(backend == "hip" and qtype in _RDNA_TYPES))
+    # SI: Q4_K's RDNA tile as small integers, each 32-block's scale and min applied to its dot
+    # (triton_rdna._sb_q4k_si): gfx1201 8.2 -> 4.2 instructions a weight at one row, 9.0 ->
+    # 5.4 at 17, even at 33, 9.5 -> 11.5 at 64; gfx1100 11.7 -> 6.3 at one row and no spills at
+    # 33-64 rows (bench/amdgcn_mix.py). Its own bits, row-invariant; ROCm's default for Q4_K
+    cfg.setdefault("SI", int(backend == "hip" and qtype == "Q4_K"))
     # DW: Q4_K / Q5_K's f16 d / dmin read as aligned words (triton_tiles._kscales): the same
     # values; only where the planes hold an even count (the last word inside them)
     cfg.setdefault("DW", _DW_DEFAULT)
@@ -400,8 +405,9 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
     rdna = (bool(cfg.get("RDNA")) and qtype in _RDNA_TYPES and not ieee
             and (k % 256 == 0 or qtype != "Q4_K"))
     xp = bool(cfg.get("XP")) and qtype in _X1_TYPES and k % 256 == 0
+    si = rdna and bool(cfg.get("SI")) and qtype == "Q4_K" and k % 256 == 0
     if xp:
-        shape, perm = _xperm_order(x2.shape[0], k, cfg["JS"], rdna)
+        shape, perm = _xperm_order(x2.shape[0], k, cfg["JS"], rdna, si)
         x2 = x2.reshape(shape).permute(perm).reshape(x2.shape[0], k)      # a contiguous copy
     for r0 in range(0, x2.shape[0], MAX_ROWS):
         xc = x2[r0:r0 + MAX_ROWS]
@@ -429,7 +435,7 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                     # a one-row launch (the same bits as the 16-row slice: see _X1_DEFAULT)
                     **({"X1": True} if m == 1 and cfg.get("X1") and qtype in _X1_TYPES and not rdna
                        else {}),
-                    **({"RDNA": True} if rdna else {}),
+                    **({"RDNA": 2 if si else True} if rdna else {}),
                     **({"XP": True} if xp else {}),
                     **({"DW": True} if cfg.get("DW") else {}),
                     # a register cap (CUDA; benchmarks: more programs an SM, spills)

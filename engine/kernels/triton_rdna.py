@@ -158,3 +158,76 @@ def _rows16(t):
     """[BN, C] per row and chunk -> [16, 1, BN / 16, C, 1], the words' [row % 16, h, row // 16,
     c, w] (``_rdna_words``)."""
     return tl.permute(tl.reshape(t, [t.shape[0] // 16, 16, t.shape[1]]), (1, 0, 2))[:, None, :, :, None]
+
+
+@triton.jit
+def _kv_si():
+    """SI's K order in one 32-value sub-block: dot position [s, h, w1, a, b] holds byte
+    16h + 8s + 4w1 + 2b + a of the chunk (a word's bytes 0, 2, 1, 3: one word's two 16-bit
+    halves are consecutive positions)."""
+    i2 = tl.arange(0, 2)
+    return tl.reshape(8 * i2[:, None, None, None, None] + 16 * i2[None, :, None, None, None]
+                      + 4 * i2[None, None, :, None, None] + i2[None, None, None, :, None]
+                      + 2 * i2[None, None, None, None, :], [32])
+
+
+@triton.jit
+def _si_tile(wq, P: tl.constexpr, dt: tl.constexpr):
+    """The nibbles at bit P of chunk words wq [16, 2, RH, 1, 4] as 16-bit floats of value
+    BASE + q (bf16 0x4300 | q = 128 + q, fp16 0x6400 | q = 1024 + q): two a word by one mask
+    and OR ((w >> P) & 0x000F000F | base pair: bytes 0 and 2; >> P + 8: bytes 1 and 3), in
+    ``_kv_si``'s order, as the dot's [16 RH, 32] operand."""
+    RH: tl.constexpr = wq.shape[2]
+    base = 0x43004300 if dt == tl.bfloat16 else 0x64006400
+    e = ((wq >> P) & 0x000F000F) | base
+    o = ((wq >> (P + 8)) & 0x000F000F) | base
+    t = tl.join(tl.join(e.to(tl.int16), o.to(tl.int16)),
+                tl.join((e >> 16).to(tl.int16), (o >> 16).to(tl.int16)))    # [.., a, b]
+    t = tl.reshape(t.to(dt, bitcast=True), [16, 2, RH, 2, 2, 2, 2])         # [rl, h, rh, s, w1, a, b]
+    return tl.reshape(tl.permute(t, (2, 0, 3, 1, 4, 5, 6)), [16 * RH, 32])
+
+
+@triton.jit
+def _si_block(acc, w, xt, a, b):
+    """acc += a (w @ xt) + b sum(xt): one 32-value sub-block (w: BASE + q, a = d sc, b = -(BASE a
+    + dmin m), [BN, 1] each; xt [32, 16]). x's sums come from a dot with ones (a WMMA, each row
+    its own column: no cross-lane reduction; gfx1201 at one row 6.7 -> 4.2 instructions a
+    weight against a tl.sum)."""
+    s = tl.dot(tl.full(w.shape, 1.0, xt.dtype), xt)        # [BN, 16]: every row x's sums
+    return tl.fma(tl.dot(w, xt), a, tl.fma(b, s, acc))
+
+
+@triton.jit
+def _sb_q4k_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pmn, qrow, qoff, d, dm, rn, kb, M, K, sxm,
+               K32, NMB: tl.constexpr, XP: tl.constexpr):
+    """Q4_K, one superblock from kb, small integers (SI; ROCm, 16-bit activations): each
+    32-value sub-block j is dotted as BASE + q (``_si_tile``: no float conversion, scale or
+    rounding a weight) and its scale and min are applied to the dot's result in float32:
+    acc += d sc_j (w.x) - (BASE d sc_j + dmin m_j) sum(x), x's sum per row and sub-block.
+    Chunk c's words hold sub-blocks 2c (low nibbles) and 2c + 1 (high); sub-block j's dot
+    reads K positions 32 j + ``_kv_si`` (XP: 32 consecutive values, ``_xperm_order``).
+    Row-invariant as the other orders (a function of the type and backend; each 16-row slice
+    its own dot on the same tile and sums). Its own bits; more exact than a bf16 weight."""
+    dt: tl.constexpr = x_ptr.dtype.element_ty
+    BASE: tl.constexpr = 128.0 if dt == tl.bfloat16 else 1024.0
+    rm = tl.arange(0, 16)
+    for c in tl.static_range(4):
+        wq = _rdna_words(pq, rn, qrow, qoff + 8 * c, 1, 4)
+        for hf in tl.static_range(2):
+            j = 2 * c + hf
+            a = d * tl.load(psc + rn[:, None] * K32 + kb // 32 + j).to(tl.float32)
+            b = -(BASE * a + dm * tl.load(pmn + rn[:, None] * K32 + kb // 32 + j).to(tl.float32))
+            w = _si_tile(wq, 4 * hf, dt)
+            if XP:
+                kx = tl.max_contiguous(tl.multiple_of(kb + 32 * j + tl.arange(0, 32), 16), 16)
+            else:
+                kx = kb + 32 * j + _kv_si()
+            xp = x_ptr + rm[None, :] * sxm + kx[:, None]
+            acc0 = _si_block(acc0, w, _xload(xp, rm, kx, M, K, True), a, b)
+            if NMB > 1:
+                acc1 = _si_block(acc1, w, _xload(xp + 16 * sxm, rm + 16, kx, M, K, True), a, b)
+            if NMB > 2:
+                acc2 = _si_block(acc2, w, _xload(xp + 32 * sxm, rm + 32, kx, M, K, True), a, b)
+            if NMB > 3:
+                acc3 = _si_block(acc3, w, _xload(xp + 48 * sxm, rm + 48, kx, M, K, True), a, b)
+    return acc0, acc1, acc2, acc3

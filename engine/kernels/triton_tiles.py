@@ -13,7 +13,7 @@ import triton.language as tl
 
 from .triton_fused import _residual_norm_rows, _swiglu_rows
 from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
-from .triton_rdna import _kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _tile_q4_01_rdna
+from .triton_rdna import _kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _sb_q4k_si, _tile_q4_01_rdna
 
 MAX_ROWS = 64          # rows per launch (4 slices of 16); larger M is done in chunks of 64
 
@@ -319,12 +319,17 @@ def _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, pd, pdm, psc, pmn, rn, kb,
                X1: tl.constexpr = False, XP: tl.constexpr = False, RNE: tl.constexpr = False,
                DW: tl.constexpr = False, RDNA: tl.constexpr = False):
     """Q4_K / Q5_K, SB superblocks from kb (``_sb_q45k`` each, ``ph`` unused for Q4_K; DW:
-    ``_kscales``; RDNA: Q4_K in RDNA's WMMA order, ``triton_rdna``)."""
+    ``_kscales``; RDNA: Q4_K in RDNA's WMMA order, ``triton_rdna``; RDNA 2: that order's small
+    integers, ``triton_rdna._sb_q4k_si``)."""
     d0, d1 = _kscales(pd, rn, kb, K256, SB, DW)
     m0, m1 = _kscales(pdm, rn, kb, K256, SB, DW)
     for j in tl.static_range(SB):
         sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb + 256 * j, K32)
-        if RDNA:
+        if RDNA == 2:
+            acc0, acc1, acc2, acc3 = _sb_q4k_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pmn, K8,
+                                                (kb + 256 * j) // 8, d1 if j else d0, m1 if j else m0,
+                                                rn, kb + 256 * j, M, K, sxm, K32, NMB, XP)
+        elif RDNA:
             acc0, acc1, acc2, acc3 = _sb_q4k_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, K8, (kb + 256 * j) // 8,
                                                   d1 if j else d0, m1 if j else m0, sc_lo, sc_hi,
                                                   mn_lo, mn_hi, rn, kb + 256 * j, M, K, sxm, NMB, RNE, XP)
@@ -406,14 +411,17 @@ def _tile_q4kn(acc0, acc1, acc2, acc3, x_ptr, pb, rn, kb, M, K, sxm, K32, K256,
     return acc0, acc1, acc2, acc3
 
 
-def _xperm_order(m: int, k: int, js: int, rdna: bool = False) -> tuple:
+def _xperm_order(m: int, k: int, js: int, rdna: bool = False, si: bool = False) -> tuple:
     """XP (Q4_K / Q5_K / Q4_KN): x [m, k] viewed as ``x.view(*shape).permute(*perm)`` and made
     contiguous puts each superblock's values in the order its dots read them. In a superblock,
     value 64c + 32h + 4jh + 2b1 + b0 (c: 32-byte chunk, h: low / high nibble, jh = JS part + j:
     word, b1 b0: byte) feeds dot (part, h) at position 16j + 8b1 + 2c + b0 (``_sb_q45k``,
     ``_join4p``); the dot (part, h) reads positions [(2 part + h) KP, +KP), KP = 16 JS.
     ``rdna``: the RDNA order (``triton_rdna``): value 64c + 32h + 16g + 8s + 4w1 + b (g: the
-    lane half) at position 128h + 32c + 16s + 8g + 4w1 + b."""
+    lane half) at position 128h + 32c + 16s + 8g + 4w1 + b. ``si`` (its small integers,
+    ``_sb_q4k_si``): value 32j + 16g + 8s + 4w1 + 2b + a at position 32j + 16s + 8g + 4w1 + 2a + b."""
+    if si:
+        return (m, k // 256, 8, 2, 2, 2, 2, 2), (0, 1, 2, 4, 3, 5, 7, 6)
     if rdna:
         return (m, k // 256, 4, 2, 2, 2, 2, 4), (0, 1, 3, 2, 5, 4, 6, 7)
     return (m, k // 256, 4, 2, 8 // js, js, 2, 2), (0, 1, 4, 3, 5, 6, 2, 7)

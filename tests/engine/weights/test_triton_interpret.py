@@ -275,6 +275,37 @@ def test_rdna_order_matches_reference_and_is_row_invariant(tk):
 
 
 @child_only
+def test_rdna_small_integers_match_reference_and_are_row_invariant(tk):
+    """SI (ROCm's Q4_K default): each 32-block dotted as BASE + q (bf16 128 + q, fp16 1024 + q)
+    with its scale and min applied to the dot's result and x's sum (triton_rdna._sb_q4k_si).
+    Against gguf's float32 dequantization (no less accurate than the dequantizing RDNA tile),
+    bit-identical across row counts (1..64, a 16-row slice alone), x permuted by the host
+    (XP) or gathered, split or not, two superblocks a step; a control: the dequantizing RDNA
+    order gives other bits, so the checks see which ran."""
+    from engine.kernels.dot_precision import compiling_for
+    q = torch.arange(16, dtype=torch.int16)        # the tile's bits: BASE | q is BASE + q
+    assert torch.equal((q | 0x4300).view(torch.bfloat16).float(), 128.0 + q.float())
+    assert torch.equal((q | 0x6400).view(torch.float16).float(), 1024.0 + q.float())
+    with compiling_for("hip"):
+        assert tk.kernel_config("Q4_K", 128, 1024, 16)["SI"] == 1
+        assert tk.kernel_config("Q4_1", 128, 1024, 16)["SI"] == 0
+    assert tk.kernel_config("Q4_K", 128, 1024, 16)["SI"] == 0
+    g = torch.Generator().manual_seed(12)
+    for n, k, over in ((128, 1024, {}), (96, 512, {"splits": 2}), (64, 512, {"SB": 2})):
+        w, ref = _weight("Q4_K", n, k, seed=n + k + 1)
+        xh = torch.randn(64, k, generator=g).half()
+        y = {m: tk.packed_matmul(xh[:m], w, RDNA=1, SI=1, XP=0, **over) for m in (64, 17, 1)}
+        deq = tk.packed_matmul(xh, w, RDNA=1, SI=0, XP=0, **over)
+        want = xh.float() @ ref.T
+        assert _rel_err(y[64], want) < 5e-3 and _rel_err(y[64], want) <= 1.25 * _rel_err(deq, want)
+        assert torch.equal(y[17], y[64][:17]) and torch.equal(y[1], y[64][:1]), (n, k, over)
+        assert torch.equal(tk.packed_matmul(xh[40:41], w, RDNA=1, SI=1, XP=0, **over), y[64][40:41])
+        for m in (1, 64):
+            assert torch.equal(tk.packed_matmul(xh[:m], w, RDNA=1, SI=1, XP=1, **over), y[m]), (n, k, m)
+        assert not torch.equal(deq, y[64])
+
+
+@child_only
 def test_config_does_not_depend_on_rows(tk):
     """The launch configuration is a function of the weight shape only (row invariance)."""
     import inspect
