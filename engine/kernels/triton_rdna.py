@@ -161,29 +161,39 @@ def _rows16(t):
 
 
 @triton.jit
-def _kv_si():
-    """SI's K order in one 32-value sub-block: dot position [s, h, w1, a, b] holds byte
-    16h + 8s + 4w1 + 2b + a of the chunk (a word's bytes 0, 2, 1, 3: one word's two 16-bit
-    halves are consecutive positions)."""
+def _kv_si(S0: tl.constexpr, S1: tl.constexpr):
+    """SI's K order in one 32-value block: dot position [i, j, w1, a, b] holds value
+    S0 i + S1 j + 4 w1 + 2b + a of it (a word's bytes 0, 2, 1, 3: one word's two 16-bit halves
+    are consecutive positions). Q4_K: (8, 16), [s, h, ..] (word 2s + w1 of lane half h); Q4_0 /
+    Q4_1: (16, 8), [nibble, h, ..]."""
     i2 = tl.arange(0, 2)
-    return tl.reshape(8 * i2[:, None, None, None, None] + 16 * i2[None, :, None, None, None]
+    return tl.reshape(S0 * i2[:, None, None, None, None] + S1 * i2[None, :, None, None, None]
                       + 4 * i2[None, None, :, None, None] + i2[None, None, None, :, None]
                       + 2 * i2[None, None, None, None, :], [32])
 
 
 @triton.jit
-def _si_tile(wq, P: tl.constexpr, dt: tl.constexpr):
-    """The nibbles at bit P of chunk words wq [16, 2, RH, 1, 4] as 16-bit floats of value
-    BASE + q (bf16 0x4300 | q = 128 + q, fp16 0x6400 | q = 1024 + q): two a word by one mask
-    and OR ((w >> P) & 0x000F000F | base pair: bytes 0 and 2; >> P + 8: bytes 1 and 3), in
-    ``_kv_si``'s order, as the dot's [16 RH, 32] operand."""
+def _si_vals(wq, P: tl.constexpr, dt: tl.constexpr):
+    """The nibbles at bit P of words wq [16, 2, RH, 1, W] (``_rdna_words``) as 16-bit floats of
+    value BASE + q (bf16 0x4300 | q = 128 + q, fp16 0x6400 | q = 1024 + q), two a word by one
+    mask and OR ((w >> P) & 0x000F000F | base pair: bytes 0 and 2; >> P + 8: bytes 1 and 3):
+    [16, 2, RH, W, a, b] = byte a + 2b of word w."""
     RH: tl.constexpr = wq.shape[2]
+    W: tl.constexpr = wq.shape[4]
     base = 0x43004300 if dt == tl.bfloat16 else 0x64006400
     e = ((wq >> P) & 0x000F000F) | base
     o = ((wq >> (P + 8)) & 0x000F000F) | base
     t = tl.join(tl.join(e.to(tl.int16), o.to(tl.int16)),
                 tl.join((e >> 16).to(tl.int16), (o >> 16).to(tl.int16)))    # [.., a, b]
-    t = tl.reshape(t.to(dt, bitcast=True), [16, 2, RH, 2, 2, 2, 2])         # [rl, h, rh, s, w1, a, b]
+    return tl.reshape(t.to(dt, bitcast=True), [16, 2, RH, W, 2, 2])
+
+
+@triton.jit
+def _si_tile(wq, P: tl.constexpr, dt: tl.constexpr):
+    """Q4_K: a chunk's nibbles at bit P (one sub-block) as the dot's [16 RH, 32] operand in
+    ``_kv_si(8, 16)``'s order."""
+    RH: tl.constexpr = wq.shape[2]
+    t = tl.reshape(_si_vals(wq, P, dt), [16, 2, RH, 2, 2, 2, 2])           # [rl, h, rh, s, w1, a, b]
     return tl.reshape(tl.permute(t, (2, 0, 3, 1, 4, 5, 6)), [16 * RH, 32])
 
 
@@ -205,7 +215,7 @@ def _sb_q4k_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pmn, qrow, qoff, d, dm, r
     rounding a weight) and its scale and min are applied to the dot's result in float32:
     acc += d sc_j (w.x) - (BASE d sc_j + dmin m_j) sum(x), x's sum per row and sub-block.
     Chunk c's words hold sub-blocks 2c (low nibbles) and 2c + 1 (high); sub-block j's dot
-    reads K positions 32 j + ``_kv_si`` (XP: 32 consecutive values, ``_xperm_order``).
+    reads K positions 32 j + ``_kv_si(8, 16)`` (XP: 32 consecutive values, ``_xperm_order``).
     Row-invariant as the other orders (a function of the type and backend; each 16-row slice
     its own dot on the same tile and sums). Its own bits; more exact than a bf16 weight."""
     dt: tl.constexpr = x_ptr.dtype.element_ty
@@ -221,7 +231,7 @@ def _sb_q4k_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pmn, qrow, qoff, d, dm, r
             if XP:
                 kx = tl.max_contiguous(tl.multiple_of(kb + 32 * j + tl.arange(0, 32), 16), 16)
             else:
-                kx = kb + 32 * j + _kv_si()
+                kx = kb + 32 * j + _kv_si(8, 16)
             xp = x_ptr + rm[None, :] * sxm + kx[:, None]
             acc0 = _si_block(acc0, w, _xload(xp, rm, kx, M, K, True), a, b)
             if NMB > 1:
@@ -230,4 +240,42 @@ def _sb_q4k_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pmn, qrow, qoff, d, dm, r
                 acc2 = _si_block(acc2, w, _xload(xp + 32 * sxm, rm + 32, kx, M, K, True), a, b)
             if NMB > 3:
                 acc3 = _si_block(acc3, w, _xload(xp + 48 * sxm, rm + 48, kx, M, K, True), a, b)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _tile_q4_01_si(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
+                   Q41: tl.constexpr, NMB: tl.constexpr, EVEN_K: tl.constexpr):
+    """Q4_0 / Q4_1, 256 values (8 blocks of 32) from kb as small integers (SI, as
+    ``_sb_q4k_si``): block c's 16 bytes (byte j: value j low nibble, 16 + j high), a lane half
+    reading 8 of them, are one dot of BASE + q in ``_kv_si(16, 8)``'s order; the block's
+    scale d and offset t (Q4_1: m; Q4_0: -8 d) go to its result: acc += d (w . x) + (t - BASE
+    d) sum(x). A block past K (K not a multiple of 256) has d = t = 0: it adds nothing."""
+    dt: tl.constexpr = x_ptr.dtype.element_ty
+    BASE: tl.constexpr = 128.0 if dt == tl.bfloat16 else 1024.0
+    rm = tl.arange(0, 16)
+    RH: tl.constexpr = rn.shape[0] // 16
+    for c in tl.static_range(8):
+        sp = rn[:, None] * K32 + kb // 32 + c
+        live = kb + 32 * c < K
+        if EVEN_K:
+            wq = _rdna_words(pq, rn, K8, kb // 8 + 4 * c, 1, 2)
+            d = tl.load(pd + sp).to(tl.float32)
+            t = tl.load(pm + sp).to(tl.float32) if Q41 else d * -8.0
+        else:
+            wq = _rdna_words(pq, rn, K8, kb // 8 + 4 * c, 1, 2, tl.zeros([1], tl.int32) + kb + 32 * c < K)
+            d = tl.load(pd + sp, mask=live, other=0.0).to(tl.float32)
+            t = tl.load(pm + sp, mask=live, other=0.0).to(tl.float32) if Q41 else d * -8.0
+        v = tl.join(_si_vals(wq, 0, dt), _si_vals(wq, 4, dt))          # [rl, h, rh, w1, a, b, nibble]
+        w = tl.reshape(tl.permute(v, (2, 0, 6, 1, 3, 4, 5)), [16 * RH, 32])
+        kx = kb + 32 * c + _kv_si(16, 8)
+        xp = x_ptr + rm[None, :] * sxm + kx[:, None]
+        b = t - BASE * d
+        acc0 = _si_block(acc0, w, _xload(xp, rm, kx, M, K, EVEN_K), d, b)
+        if NMB > 1:
+            acc1 = _si_block(acc1, w, _xload(xp + 16 * sxm, rm + 16, kx, M, K, EVEN_K), d, b)
+        if NMB > 2:
+            acc2 = _si_block(acc2, w, _xload(xp + 32 * sxm, rm + 32, kx, M, K, EVEN_K), d, b)
+        if NMB > 3:
+            acc3 = _si_block(acc3, w, _xload(xp + 48 * sxm, rm + 48, kx, M, K, EVEN_K), d, b)
     return acc0, acc1, acc2, acc3

@@ -13,7 +13,8 @@ import triton.language as tl
 
 from .triton_fused import _residual_norm_rows, _swiglu_rows
 from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
-from .triton_rdna import _kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _sb_q4k_si, _tile_q4_01_rdna
+from .triton_rdna import (_kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _sb_q4k_si, _tile_q4_01_rdna,
+                          _tile_q4_01_si)
 
 MAX_ROWS = 64          # rows per launch (4 slices of 16); larger M is done in chunks of 64
 
@@ -148,7 +149,10 @@ def _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8
     """Q4_0 / Q4_1, 256 values (8 blocks of 32) from kb: qs [N, K/2] (per block 16 bytes,
     byte j = value j low nibble, value 16+j high nibble), d (, m) f16 [N, K/32].
     Words [BN, bh, jw, c]: block 4bh+c, word jw (bytes 4jw..4jw+3). RDNA: in the order of RDNA's
-    WMMA operand (``triton_rdna._tile_q4_01_rdna``)."""
+    WMMA operand (``triton_rdna._tile_q4_01_rdna``); RDNA 2: its small integers (``_tile_q4_01_si``)."""
+    if RDNA == 2:
+        return _tile_q4_01_si(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
+                              Q41, NMB, EVEN_K)
     if RDNA:
         return _tile_q4_01_rdna(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm, K8, K32,
                                 Q41, NMB, EVEN_K, RNE)
