@@ -163,7 +163,7 @@ _CONFIG_AS = {"Q4_KN": "Q4_K"}
 # override per call.
 _X1_TYPES = ("Q4_K", "Q4_KN", "Q5_K")
 _RDNA_TYPES = ("Q4_K", "Q4_0", "Q4_1", "Q8_0")     # triton_rdna's orders (ROCm, 16-bit activations)
-_SI_TYPES = ("Q4_K", "Q4_0", "Q4_1")               # their small-integer tiles (SI)
+_SI_TYPES = ("Q4_K", "Q4_0", "Q4_1", "Q6_K8")      # small-integer RDNA tiles (SI)
 _X1_DEFAULT = 1 if os.environ.get("SPECSCOPE_X1", "0") == "1" else 0
 _XP_DEFAULT = {"0": 0, "1": 1}.get(os.environ.get("SPECSCOPE_XP", ""))   # None: by shape
 _XP_MIN_WEIGHTS = 32 << 20
@@ -223,13 +223,14 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple, backend: str)
     # RDNA: the tiles of _RDNA_TYPES in the order of RDNA's WMMA operand (triton_rdna), ROCm's
     # default: no register shuffle between the dequantization and the dot (16-bit
     # activations; its own K order, so its own bits, row-invariant as every order here)
-    cfg.setdefault("RDNA", int(backend == "hip" and qtype in _RDNA_TYPES))
-    # SI: the RDNA tiles of Q4_K, Q4_0 and Q4_1 as small integers, each 32-block's scale and
-    # min applied to its dot (triton_rdna._sb_q4k_si, _tile_q4_01_si): gfx1201 Q4_K 8.2 -> 4.2
-    # instructions a weight at one row, 9.0 -> 5.4 at 17, even at 33, 9.5 -> 11.5 at 64; Q4_1
-    # 9.2 -> 4.0 at one row, 11.5 -> 12.3 at 64; gfx1100 Q4_K 11.7 -> 6.3 at one row and no
-    # spills at 33-64 rows (bench/amdgcn_mix.py; BENCHMARKS.md). Its own bits, row-invariant;
-    # ROCm's default for those types
+    cfg.setdefault("RDNA", int(backend == "hip" and qtype in _RDNA_TYPES + _SI_TYPES))
+    # SI: RDNA tiles of Q4_K, Q4_0, Q4_1 and Q6_K8 as small integers, each block's scale and
+    # min applied to its dot (triton_rdna._sb_q4k_si, _tile_q4_01_si, _tile_q6k8_si): gfx1201
+    # Q4_K 8.2 -> 4.2 instructions a weight at one row, 9.0 -> 5.4 at 17, even at 33, 9.5 ->
+    # 11.5 at 64; Q4_1 9.2 -> 4.0 at one row, 11.5 -> 12.3 at 64; Q6_K8 11.4 (spilling) -> 6.0
+    # at one row, 15.6 (884 B spilled) -> 22.2 (none) at 64; gfx1100 fewer at every row count
+    # and no spills (bench/amdgcn_mix.py; BENCHMARKS.md). Its own bits, row-invariant; ROCm's
+    # default for those types
     cfg.setdefault("SI", int(backend == "hip" and qtype in _SI_TYPES))
     # DW: Q4_K / Q5_K's f16 d / dmin read as aligned words (triton_tiles._kscales): the same
     # values; only where the planes hold an even count (the last word inside them)
@@ -405,8 +406,8 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
     # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
     # dot_precision.py); 0 for 16-bit activations
     ieee = ieee_code(x2.dtype)
-    rdna = (bool(cfg.get("RDNA")) and qtype in _RDNA_TYPES and not ieee
-            and (k % 256 == 0 or qtype != "Q4_K"))
+    rdna = (bool(cfg.get("RDNA")) and (qtype in _RDNA_TYPES or (qtype in _SI_TYPES and bool(cfg.get("SI"))))
+            and not ieee and (k % 256 == 0 or qtype != "Q4_K"))
     xp = bool(cfg.get("XP")) and qtype in _X1_TYPES and k % 256 == 0
     si = rdna and bool(cfg.get("SI")) and qtype in _SI_TYPES and (k % 256 == 0 or qtype != "Q4_K")
     if xp:

@@ -173,16 +173,21 @@ def _kv_si(S0: tl.constexpr, S1: tl.constexpr):
 
 
 @triton.jit
-def _si_vals(wq, P: tl.constexpr, dt: tl.constexpr):
+def _si_vals(wq, P: tl.constexpr, dt: tl.constexpr, SIX: tl.constexpr = False):
     """The nibbles at bit P of words wq [16, 2, RH, 1, W] (``_rdna_words``) as 16-bit floats of
     value BASE + q (bf16 0x4300 | q = 128 + q, fp16 0x6400 | q = 1024 + q), two a word by one
     mask and OR ((w >> P) & 0x000F000F | base pair: bytes 0 and 2; >> P + 8: bytes 1 and 3):
-    [16, 2, RH, W, a, b] = byte a + 2b of word w."""
+    [16, 2, RH, W, a, b] = byte a + 2b of word w. SIX: the bytes are int8 q in -32..31 (Q6_K8),
+    valued BASE + 32 + q: (q & 63) ^ 32 is q + 32 (a 6-bit two's complement, its sign flipped)."""
     RH: tl.constexpr = wq.shape[2]
     W: tl.constexpr = wq.shape[4]
     base = 0x43004300 if dt == tl.bfloat16 else 0x64006400
-    e = ((wq >> P) & 0x000F000F) | base
-    o = ((wq >> (P + 8)) & 0x000F000F) | base
+    if SIX:
+        e = ((wq >> P) & 0x003F003F) ^ (base | 0x00200020)
+        o = ((wq >> (P + 8)) & 0x003F003F) ^ (base | 0x00200020)
+    else:
+        e = ((wq >> P) & 0x000F000F) | base
+        o = ((wq >> (P + 8)) & 0x000F000F) | base
     t = tl.join(tl.join(e.to(tl.int16), o.to(tl.int16)),
                 tl.join((e >> 16).to(tl.int16), (o >> 16).to(tl.int16)))    # [.., a, b]
     return tl.reshape(t.to(dt, bitcast=True), [16, 2, RH, W, 2, 2])
@@ -278,4 +283,38 @@ def _tile_q4_01_si(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm,
             acc2 = _si_block(acc2, w, _xload(xp + 32 * sxm, rm + 32, kx, M, K, EVEN_K), d, b)
         if NMB > 3:
             acc3 = _si_block(acc3, w, _xload(xp + 48 * sxm, rm + 48, kx, M, K, EVEN_K), d, b)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def _tile_q6k8_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm, K4, K16, K256,
+                  NMB: tl.constexpr):
+    """Q6_K8 (Q6_K widened at load: int8 q - 32, scale sc a 16 values, d a superblock), one
+    superblock from kb as small integers (SI, as ``_sb_q4k_si``; ROCm, 16-bit activations):
+    each 16-value group is one dot of BASE + 32 + q (``_si_vals`` SIX; a lane half's 8 values
+    are 2 words: position [h, w, a, b] is value 8h + 4w + 2b + a) and its scale d sc goes to the
+    result: acc += d sc (w . x) - (BASE + 32) d sc sum(x)."""
+    dt: tl.constexpr = x_ptr.dtype.element_ty
+    BASE: tl.constexpr = 128.0 if dt == tl.bfloat16 else 1024.0
+    rm = tl.arange(0, 16)
+    RH: tl.constexpr = rn.shape[0] // 16
+    i2 = tl.arange(0, 2)
+    kv = tl.reshape(8 * i2[:, None, None, None] + 4 * i2[None, :, None, None]
+                    + i2[None, None, :, None] + 2 * i2[None, None, None, :], [16])
+    d = tl.load(pd + rn[:, None] * K256 + kb // 256).to(tl.float32)
+    for g in tl.static_range(16):
+        wq = _rdna_words(pq, rn, K4, kb // 4 + 4 * g, 1, 2)
+        a = d * tl.load(psc + rn[:, None] * K16 + kb // 16 + g).to(tl.float32)
+        b = -(BASE + 32.0) * a
+        v = _si_vals(wq, 0, dt, True)                                    # [rl, h, rh, w, a, b]
+        w = tl.reshape(tl.permute(v, (2, 0, 1, 3, 4, 5)), [16 * RH, 16])
+        kx = kb + 16 * g + kv
+        xp = x_ptr + rm[None, :] * sxm + kx[:, None]
+        acc0 = _si_block(acc0, w, _xload(xp, rm, kx, M, K, True), a, b)
+        if NMB > 1:
+            acc1 = _si_block(acc1, w, _xload(xp + 16 * sxm, rm + 16, kx, M, K, True), a, b)
+        if NMB > 2:
+            acc2 = _si_block(acc2, w, _xload(xp + 32 * sxm, rm + 32, kx, M, K, True), a, b)
+        if NMB > 3:
+            acc3 = _si_block(acc3, w, _xload(xp + 48 * sxm, rm + 48, kx, M, K, True), a, b)
     return acc0, acc1, acc2, acc3

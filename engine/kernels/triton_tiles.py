@@ -14,7 +14,7 @@ import triton.language as tl
 from .triton_fused import _residual_norm_rows, _swiglu_rows
 from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
 from .triton_rdna import (_kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _sb_q4k_si, _tile_q4_01_rdna,
-                          _tile_q4_01_si)
+                          _tile_q4_01_si, _tile_q6k8_si)
 
 MAX_ROWS = 64          # rows per launch (4 slices of 16); larger M is done in chunks of 64
 
@@ -112,10 +112,14 @@ def _tile_q8_0(acc0, acc1, acc2, acc3, x_ptr, pq, pd, rn, kb, M, K, sxm, K4, K32
 
 @triton.jit
 def _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm, K4, K16, K256,
-               NMB: tl.constexpr, IEEE: tl.constexpr, RNE: tl.constexpr = False):
+               NMB: tl.constexpr, IEEE: tl.constexpr, RNE: tl.constexpr = False, RDNA: tl.constexpr = False):
     """Q6_K8 (Q6_K widened at load), one superblock from kb: q8 int8 [N, K] (q - 32), sc
     int8 [N, K/16], d f16 [N, K/256]. As ``_tile_q8_0`` (words [BN, bh, half, jw, c]: block
-    4bh+c, word 4half+jw) with the scale d * sc of the word's 16-value group 2(4bh+c)+half."""
+    4bh+c, word 4half+jw) with the scale d * sc of the word's 16-value group 2(4bh+c)+half.
+    RDNA 2: small integers in RDNA's WMMA order (``triton_rdna._tile_q6k8_si``)."""
+    if RDNA == 2:
+        return _tile_q6k8_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm, K4, K16,
+                             K256, NMB)
     BN: tl.constexpr = rn.shape[0]
     c4 = tl.arange(0, 4)
     bh = tl.arange(0, 2)
@@ -552,7 +556,7 @@ def _packed_mm_kernel(
         elif QT == 6:
             # Q6_K8 planes: q8, sc, d
             acc0, acc1, acc2, acc3 = _tile_q6k8(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,
-                                                M, K, sxm, K4, K16, K256, NMB, IEEE, RNE)
+                                                M, K, sxm, K4, K16, K256, NMB, IEEE, RNE, RDNA)
         else:
             # Q6_K planes: ql, qh, sc, d
             acc0, acc1, acc2, acc3 = _tile_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, rn, kb,

@@ -276,8 +276,8 @@ def test_rdna_order_matches_reference_and_is_row_invariant(tk):
 
 @child_only
 def test_rdna_small_integers_match_reference_and_are_row_invariant(tk):
-    """SI (ROCm's default for Q4_K, Q4_0, Q4_1): each 32-block dotted as BASE + q (bf16 128 + q,
-    fp16 1024 + q)
+    """SI (ROCm's default for Q4_K, Q4_0, Q4_1, Q6_K8): each 32-block (Q6_K8: 16) dotted as
+    BASE + q (bf16 128 + q, fp16 1024 + q)
     with its scale and min applied to the dot's result and x's sum (triton_rdna._sb_q4k_si).
     Against gguf's float32 dequantization (no less accurate than the dequantizing RDNA tile),
     bit-identical across row counts (1..64, a 16-row slice alone), x permuted by the host
@@ -290,6 +290,7 @@ def test_rdna_small_integers_match_reference_and_are_row_invariant(tk):
     with compiling_for("hip"):
         assert tk.kernel_config("Q4_K", 128, 1024, 16)["SI"] == 1
         assert tk.kernel_config("Q8_0", 128, 1024, 16)["SI"] == 0
+        assert tk.kernel_config("Q6_K8", 128, 1024, 16)["SI"] == 1
     assert tk.kernel_config("Q4_K", 128, 1024, 16)["SI"] == 0
     g = torch.Generator().manual_seed(12)
     for n, k, over in ((128, 1024, {}), (96, 512, {"splits": 2}), (64, 512, {"SB": 2})):
@@ -319,6 +320,18 @@ def test_rdna_small_integers_match_reference_and_are_row_invariant(tk):
             assert torch.equal(y[17], y[64][:17]) and torch.equal(y[1], y[64][:1]), (qt, n, k)
             assert torch.equal(tk.packed_matmul(xh[40:41], w, RDNA=1, SI=1), y[64][40:41]), (qt, n, k)
             assert not torch.equal(deq, y[64]), (qt, n, k)
+    # Q6_K8 (a Q4_K_M file's Q6_K layers, widened at load): a 16-value group a dot
+    from engine.weights.packed import widen_q6_k
+    w6, ref = _weight("Q6_K", 64, 512, seed=9)
+    w = widen_q6_k(w6)
+    xh = torch.randn(64, 512, generator=g).half()
+    y = {m: tk.packed_matmul(xh[:m], w, RDNA=1, SI=1) for m in (64, 17, 1)}
+    deq = tk.packed_matmul(xh, w, SI=0)
+    want = xh.float() @ ref.T
+    assert _rel_err(y[64], want) < 5e-3 and _rel_err(y[64], want) <= 1.25 * _rel_err(deq, want)
+    assert torch.equal(y[17], y[64][:17]) and torch.equal(y[1], y[64][:1])
+    assert torch.equal(tk.packed_matmul(xh[40:41], w, RDNA=1, SI=1), y[64][40:41])
+    assert not torch.equal(deq, y[64])
 
 
 @child_only
