@@ -293,7 +293,7 @@ def test_rdna_small_integers_match_reference_and_are_row_invariant(tk):
         assert tk.kernel_config("Q6_K8", 128, 1024, 16)["SI"] == 1
     assert tk.kernel_config("Q4_K", 128, 1024, 16)["SI"] == 0
     g = torch.Generator().manual_seed(12)
-    for n, k, over in ((128, 1024, {}), (96, 512, {"splits": 2}), (64, 512, {"SB": 2})):
+    for n, k, over in ((96, 512, {"splits": 2}), (64, 512, {"SB": 2})):
         w, ref = _weight("Q4_K", n, k, seed=n + k + 1)
         xh = torch.randn(64, k, generator=g).half()
         y = {m: tk.packed_matmul(xh[:m], w, RDNA=1, SI=1, XP=0, **over) for m in (64, 17, 1)}
@@ -307,10 +307,10 @@ def test_rdna_small_integers_match_reference_and_are_row_invariant(tk):
         assert not torch.equal(deq, y[64])
     # Q4_0 / Q4_1 (the bundled model's type): a block a dot; K a multiple of 256 or not (576:
     # the last tile's dead blocks add nothing)
-    for qt in ("Q4_0", "Q4_1"):
+    for qt, shapes in (("Q4_0", ((64, 576),)), ("Q4_1", ((64, 512), (64, 576)))):
         with compiling_for("hip"):
             assert tk.kernel_config(qt, 128, 1024, 16)["SI"] == 1
-        for n, k in ((64, 512), (64, 576)):
+        for n, k in shapes:
             w, ref = _weight(qt, n, k, seed=k + 3)
             xh = torch.randn(64, k, generator=g).half()
             y = {m: tk.packed_matmul(xh[:m], w, RDNA=1, SI=1) for m in (64, 17, 1)}
@@ -394,13 +394,15 @@ def test_one_row_x_loads_are_bit_identical(tk):
     for dtype in (torch.float16, torch.float32):
         xd = x.to(dtype)
         for qt, ww in ws.items():
+            if dtype == torch.float32 and qt != "Q4_K":      # the suite's time: one type in float32
+                continue
             for over in ({}, {"splits": 2}, {"SB": 2, "JS": 4}, {"JS": 4}):
                 if qt != "Q4_K" and over.get("JS") == 4 and "SB" not in over:
                     continue
                 ref = {m: tk.packed_matmul(xd[:m], ww, X1=0, XP=0, **over) for m in (1, 17, 64)}
                 for m in (17, 64):
                     assert torch.equal(ref[1], ref[m][:1]), (qt, dtype, over, m)
-                for x1, xp in ((1, 0), (0, 1), (1, 1)):
+                for x1, xp in ((0, 1), (1, 1)):      # X1 alone is off by default and in (1, 1)
                     got = tk.packed_matmul(xd[:1], ww, X1=x1, XP=xp, **over)
                     assert torch.equal(got, ref[1]), (qt, dtype, over, x1, xp)
                     if xp:     # XP at more rows: the same bits too
