@@ -153,6 +153,30 @@ def _reduce_swiglu_kernel(ws_ptr, o_ptr, NH, sws, swr, sor, HB: tl.constexpr,
 
 
 @triton.jit
+def _tail(o_ptr, cnt_ptr, tx_ptr, th_ptr, tw_ptr, M, N, som, sop, tsx, tsh, eps,
+          TAIL: tl.constexpr, TS: tl.constexpr, TB: tl.constexpr, RB: tl.constexpr,
+          HB: tl.constexpr):
+    """The step that reads a split launch's partials (o_ptr [TS, M, N], rows M <= RB), run by
+    its last program to finish (a counter at cnt_ptr, which that program resets), so the step
+    costs no launch of its own: TAIL 1, the residual and RMSNorm (tx [M, N] += the partials'
+    sum, th = norm(tx) * tw; triton_fused._residual_norm_rows); 2, the SwiGLU of an interleaved
+    gate|up weight into th [M, N/2] (blocks of HB; triton_fused._swiglu_rows). Each row gets
+    the bits their own kernels give it (order-free sums, elementwise ops): rows stay invariant
+    whichever runs them. The release makes this program's partials visible to the last one,
+    whose acquire sees every program's (as the attention kernel's combine)."""
+    done = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+    if done == tl.num_programs(0) * tl.num_programs(1) - 1:
+        rows = tl.arange(0, RB)
+        if TAIL == 1:
+            _residual_norm_rows(o_ptr, tx_ptr, th_ptr, tw_ptr, rows, M, N, sop, som, tsx, tsh,
+                                eps, TS, TB, True)
+        else:
+            _swiglu_rows(o_ptr, th_ptr, rows, tl.arange(0, TB), M, N // 2, sop, som, tsh, HB,
+                         TS, True)
+        tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def _head_values(wa_ptr, wb_ptr, bias_ptr, r, col, c, NA, swa_s, swa_r, swb_s, swb_r,
                  SA: tl.constexpr, SB: tl.constexpr, HAS_BIAS: tl.constexpr, dt: tl.constexpr):
     """The q|k|v output columns col + c of row r, from the partials of part A (columns < NA)

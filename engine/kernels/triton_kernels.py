@@ -59,8 +59,11 @@ same bits; RDNA has no bf16 convert and the compiled one checks for NaN) and the
 Q4_1 and Q8_0 tiles are dequantized straight into the layout of RDNA's WMMA operand
 (``triton_rdna.py``: their own K order, so their own bits, row-invariant like every order here). Static counts of the gfx1201 K
 loop (bench/amdgcn_mix.py, 12288x4096, bf16): 13.9 -> 8.2 instructions a weight at one row,
-20.2 -> 9.5 at 64 rows, no spills; gfx1100 15.3 -> 11.7 and 33.3 -> 22.3. No RDNA card was
-at hand: how much faster that runs is not measured.
+20.2 -> 9.5 at 64 rows, no spills; gfx1100 15.3 -> 11.7 and 33.3 -> 22.3. Then SI, ROCm's
+default for Q4_K, Q4_0, Q4_1 and Q6_K8: the tiles as small integers (BASE + q, two a word by
+one mask and OR), each block's scale and min applied to its dot's result
+(``triton_rdna._sb_q4k_si``): gfx1201 Q4_K 8.2 -> 4.2 at one row (more at 64 rows: 9.5 ->
+11.5). No RDNA card was at hand: how much faster any of it runs is not measured.
 
 int8 path (opt-in, ``I8=1``; Q4_K with bf16/fp16 activations): integer tensor-core dots on
 activations quantized per row, measured slower than the dequantizing kernel on the H200, so
@@ -312,8 +315,9 @@ def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
     ``override`` (BN, num_warps, num_stages, splits; I8 and the I8_* tile keys of the int8
     path; HDR, how Q4_KN's tile reads its packed scales: loads only, the same bits; RNE, bf16
     weights rounded in integer ops, default on ROCm: the same bits; RDNA, the WMMA-ordered
-    tiles of triton_rdna, default on ROCm: their own bits; DW, Q4_K / Q5_K's scales read as
-    words, default SPECSCOPE_DW: the same bits; MAXNREG, a register cap (CUDA); X1, the
+    tiles of triton_rdna, default on ROCm: their own bits; SI, those tiles (and Q6_K8's) as
+    small integers, default on ROCm for Q4_K, Q4_0, Q4_1, Q6_K8: their own bits; DW, Q4_K /
+    Q5_K's scales read as words, default SPECSCOPE_DW: the same bits; MAXNREG, a register cap (CUDA); X1, the
     one-row x load of Q4_K / Q4_KN / Q5_K, default SPECSCOPE_X1, and XP, x permuted to the
     dots' K order, default SPECSCOPE_XP: loads only, the same bits) is for benchmarks."""
     return dict(_config(qtype, n, k, sms, tuple(sorted(override.items())), gpu_backend()))

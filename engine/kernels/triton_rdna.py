@@ -21,6 +21,14 @@ round" (gfx1201 Q4_K 13.9 -> 8.2 instructions a weight at one row).
 
 Row invariance is the dequantizing kernel's: the order is a function of the type and backend,
 never of the row count, and each 16-row slice of x is its own dot on the same tile.
+
+SI (ROCm's default for Q4_K, Q4_0, Q4_1 and Q6_K8; ``kernel_config``'s SI): the same lane
+layout, but a block's quants are dotted as the small integers BASE + q (``_si_vals``: a nibble
+under the exponent of 128 (bf16) or 1024 (fp16), two a word by one mask and OR, nothing
+converted, scaled or rounded a weight) and the block's scale and min go to the dot's result in
+float32 with x's block sums (a dot with ones). Its own K order a block (``_kv_si``) and its own
+bits, row-invariant the same way. Static counts: BENCHMARKS.md, "No card this session"
+(gfx1201 Q4_K 8.2 -> 4.2 instructions a weight at one row).
 """
 
 from __future__ import annotations

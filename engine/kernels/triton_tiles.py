@@ -11,7 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_fused import _residual_norm_rows, _swiglu_rows
+from .triton_fused import _tail
 from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
 from .triton_rdna import (_kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _sb_q4k_si, _tile_q4_01_rdna,
                           _tile_q4_01_si, _tile_q6k8_si)
@@ -565,30 +565,6 @@ def _packed_mm_kernel(
     _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU)
     if TAIL != 0:
         _tail(o_ptr, cnt_ptr, tx_ptr, th_ptr, tw_ptr, M, N, som, sop, tsx, tsh, eps, TAIL, TS, TB, RB, HB)
-
-
-@triton.jit
-def _tail(o_ptr, cnt_ptr, tx_ptr, th_ptr, tw_ptr, M, N, som, sop, tsx, tsh, eps,
-          TAIL: tl.constexpr, TS: tl.constexpr, TB: tl.constexpr, RB: tl.constexpr,
-          HB: tl.constexpr):
-    """The step that reads a split launch's partials (o_ptr [TS, M, N], rows M <= RB), run by
-    its last program to finish (a counter at cnt_ptr, which that program resets), so the step
-    costs no launch of its own: TAIL 1, the residual and RMSNorm (tx [M, N] += the partials'
-    sum, th = norm(tx) * tw; triton_fused._residual_norm_rows); 2, the SwiGLU of an interleaved
-    gate|up weight into th [M, N/2] (blocks of HB; triton_fused._swiglu_rows). Each row gets
-    the bits their own kernels give it (order-free sums, elementwise ops): rows stay invariant
-    whichever runs them. The release makes this program's partials visible to the last one,
-    whose acquire sees every program's (as the attention kernel's combine)."""
-    done = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
-    if done == tl.num_programs(0) * tl.num_programs(1) - 1:
-        rows = tl.arange(0, RB)
-        if TAIL == 1:
-            _residual_norm_rows(o_ptr, tx_ptr, th_ptr, tw_ptr, rows, M, N, sop, som, tsx, tsh,
-                                eps, TS, TB, True)
-        else:
-            _swiglu_rows(o_ptr, th_ptr, rows, tl.arange(0, TB), M, N // 2, sop, som, tsh, HB,
-                         TS, True)
-        tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
