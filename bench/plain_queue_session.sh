@@ -9,6 +9,7 @@
 #                                             # twice; then 3 rounds of llama-bench tg128 at
 #                                             # depth 1000 and our decode there, both trees
 set -u
+. bench/lcpp_build.sh
 M=/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf
 B=/tmp/lcpp/llama.cpp/build/bin
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -16,11 +17,7 @@ rm -rf /tmp/old && mkdir -p /tmp/old && tar xzf .old/engine_old.tgz -C /tmp/old 
 tree() { if [ "$1" = old ]; then echo /tmp/old; else echo "$PWD"; fi; }
 case "${1:-speed}" in
 exact)
-  (mkdir -p /tmp/lcpp && tar xzf .peers/*.tgz -C /tmp/lcpp && cd /tmp/lcpp/llama.cpp &&
-   cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF \
-     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
-     -DCMAKE_BUILD_TYPE=Release > /tmp/lcpp/cmake.log 2>&1 &&
-   cmake --build build -j 8 --target llama-bench > /tmp/lcpp/build.log 2>&1; echo "llama.cpp build rc $?") &
+  lcpp_build 8 llama-bench &
   bash bench/gpu_exact_all_session.sh new
   wait ;;
 speed)

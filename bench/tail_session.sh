@@ -18,6 +18,7 @@
 #   bash bench/tail_session.sh tree    # bundled: llama.cpp's n-gram speculation and ours on
 #                                      # the same prompts (llamacpp_spec.py, tree_vs_llamacpp.py)
 set -u
+. bench/lcpp_build.sh
 M=/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf
 M8=/tmp/m/qwen3-8b.Q4_K_M.gguf
 B=/tmp/lcpp/llama.cpp/build/bin
@@ -34,12 +35,7 @@ decode() {  # model, tail, tag
 }
 case "${1:-speed}" in
 exact)
-  (mkdir -p /tmp/lcpp && tar xzf .peers/*.tgz -C /tmp/lcpp && cd /tmp/lcpp/llama.cpp &&
-   cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF \
-     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
-     -DCMAKE_BUILD_TYPE=Release > /tmp/lcpp/cmake.log 2>&1 &&
-   cmake --build build -j 10 --target llama-bench llama-speculative-simple > /tmp/lcpp/build.log 2>&1
-   echo "llama.cpp build rc $?") &
+  lcpp_build 10 llama-bench llama-speculative-simple &
   SPECSCOPE_TAIL=${TAIL:-1} bash bench/gpu_exact_all_session.sh new
   wait ;;
 speed)

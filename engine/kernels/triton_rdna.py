@@ -221,6 +221,22 @@ def _si_block(acc, w, xt, a, b):
 
 
 @triton.jit
+def _si_slices(acc0, acc1, acc2, acc3, w, kx, x_ptr, sxm, M, K, a, b, NMB: tl.constexpr,
+               EVEN_K: tl.constexpr):
+    """``_si_block`` of the tile w on each of x's NMB 16-row slices, x at K positions kx."""
+    rm = tl.arange(0, 16)
+    xp = x_ptr + rm[None, :] * sxm + kx[:, None]
+    acc0 = _si_block(acc0, w, _xload(xp, rm, kx, M, K, EVEN_K), a, b)
+    if NMB > 1:
+        acc1 = _si_block(acc1, w, _xload(xp + 16 * sxm, rm + 16, kx, M, K, EVEN_K), a, b)
+    if NMB > 2:
+        acc2 = _si_block(acc2, w, _xload(xp + 32 * sxm, rm + 32, kx, M, K, EVEN_K), a, b)
+    if NMB > 3:
+        acc3 = _si_block(acc3, w, _xload(xp + 48 * sxm, rm + 48, kx, M, K, EVEN_K), a, b)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def _sb_q4k_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pmn, qrow, qoff, d, dm, rn, kb, M, K, sxm,
                K32, NMB: tl.constexpr, XP: tl.constexpr):
     """Q4_K, one superblock from kb, small integers (SI; ROCm, 16-bit activations): each
@@ -233,7 +249,6 @@ def _sb_q4k_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pmn, qrow, qoff, d, dm, r
     its own dot on the same tile and sums). Its own bits; more exact than a bf16 weight."""
     dt: tl.constexpr = x_ptr.dtype.element_ty
     BASE: tl.constexpr = 128.0 if dt == tl.bfloat16 else 1024.0
-    rm = tl.arange(0, 16)
     for c in tl.static_range(4):
         wq = _rdna_words(pq, rn, qrow, qoff + 8 * c, 1, 4)
         for hf in tl.static_range(2):
@@ -245,14 +260,8 @@ def _sb_q4k_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pmn, qrow, qoff, d, dm, r
                 kx = tl.max_contiguous(tl.multiple_of(kb + 32 * j + tl.arange(0, 32), 16), 16)
             else:
                 kx = kb + 32 * j + _kv_si(8, 16)
-            xp = x_ptr + rm[None, :] * sxm + kx[:, None]
-            acc0 = _si_block(acc0, w, _xload(xp, rm, kx, M, K, True), a, b)
-            if NMB > 1:
-                acc1 = _si_block(acc1, w, _xload(xp + 16 * sxm, rm + 16, kx, M, K, True), a, b)
-            if NMB > 2:
-                acc2 = _si_block(acc2, w, _xload(xp + 32 * sxm, rm + 32, kx, M, K, True), a, b)
-            if NMB > 3:
-                acc3 = _si_block(acc3, w, _xload(xp + 48 * sxm, rm + 48, kx, M, K, True), a, b)
+            acc0, acc1, acc2, acc3 = _si_slices(acc0, acc1, acc2, acc3, w, kx, x_ptr, sxm, M, K, a, b,
+                                                NMB, True)
     return acc0, acc1, acc2, acc3
 
 
@@ -266,7 +275,6 @@ def _tile_q4_01_si(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm,
     d) sum(x). A block past K (K not a multiple of 256) has d = t = 0: it adds nothing."""
     dt: tl.constexpr = x_ptr.dtype.element_ty
     BASE: tl.constexpr = 128.0 if dt == tl.bfloat16 else 1024.0
-    rm = tl.arange(0, 16)
     RH: tl.constexpr = rn.shape[0] // 16
     for c in tl.static_range(8):
         sp = rn[:, None] * K32 + kb // 32 + c
@@ -276,21 +284,15 @@ def _tile_q4_01_si(acc0, acc1, acc2, acc3, x_ptr, pq, pd, pm, rn, kb, M, K, sxm,
             d = tl.load(pd + sp).to(tl.float32)
             t = tl.load(pm + sp).to(tl.float32) if Q41 else d * -8.0
         else:
-            wq = _rdna_words(pq, rn, K8, kb // 8 + 4 * c, 1, 2, tl.zeros([1], tl.int32) + kb + 32 * c < K)
+            wq = _rdna_words(pq, rn, K8, kb // 8 + 4 * c, 1, 2, (tl.zeros([1], tl.int32) == 0) & live)
             d = tl.load(pd + sp, mask=live, other=0.0).to(tl.float32)
             t = tl.load(pm + sp, mask=live, other=0.0).to(tl.float32) if Q41 else d * -8.0
         v = tl.join(_si_vals(wq, 0, dt), _si_vals(wq, 4, dt))          # [rl, h, rh, w1, a, b, nibble]
         w = tl.reshape(tl.permute(v, (2, 0, 6, 1, 3, 4, 5)), [16 * RH, 32])
         kx = kb + 32 * c + _kv_si(16, 8)
-        xp = x_ptr + rm[None, :] * sxm + kx[:, None]
         b = t - BASE * d
-        acc0 = _si_block(acc0, w, _xload(xp, rm, kx, M, K, EVEN_K), d, b)
-        if NMB > 1:
-            acc1 = _si_block(acc1, w, _xload(xp + 16 * sxm, rm + 16, kx, M, K, EVEN_K), d, b)
-        if NMB > 2:
-            acc2 = _si_block(acc2, w, _xload(xp + 32 * sxm, rm + 32, kx, M, K, EVEN_K), d, b)
-        if NMB > 3:
-            acc3 = _si_block(acc3, w, _xload(xp + 48 * sxm, rm + 48, kx, M, K, EVEN_K), d, b)
+        acc0, acc1, acc2, acc3 = _si_slices(acc0, acc1, acc2, acc3, w, kx, x_ptr, sxm, M, K, d, b,
+                                            NMB, EVEN_K)
     return acc0, acc1, acc2, acc3
 
 
@@ -304,7 +306,6 @@ def _tile_q6k8_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm,
     result: acc += d sc (w . x) - (BASE + 32) d sc sum(x)."""
     dt: tl.constexpr = x_ptr.dtype.element_ty
     BASE: tl.constexpr = 128.0 if dt == tl.bfloat16 else 1024.0
-    rm = tl.arange(0, 16)
     RH: tl.constexpr = rn.shape[0] // 16
     i2 = tl.arange(0, 2)
     kv = tl.reshape(8 * i2[:, None, None, None] + 4 * i2[None, :, None, None]
@@ -317,12 +318,6 @@ def _tile_q6k8_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pd, rn, kb, M, K, sxm,
         v = _si_vals(wq, 0, dt, True)                                    # [rl, h, rh, w, a, b]
         w = tl.reshape(tl.permute(v, (2, 0, 1, 3, 4, 5)), [16 * RH, 16])
         kx = kb + 16 * g + kv
-        xp = x_ptr + rm[None, :] * sxm + kx[:, None]
-        acc0 = _si_block(acc0, w, _xload(xp, rm, kx, M, K, True), a, b)
-        if NMB > 1:
-            acc1 = _si_block(acc1, w, _xload(xp + 16 * sxm, rm + 16, kx, M, K, True), a, b)
-        if NMB > 2:
-            acc2 = _si_block(acc2, w, _xload(xp + 32 * sxm, rm + 32, kx, M, K, True), a, b)
-        if NMB > 3:
-            acc3 = _si_block(acc3, w, _xload(xp + 48 * sxm, rm + 48, kx, M, K, True), a, b)
+        acc0, acc1, acc2, acc3 = _si_slices(acc0, acc1, acc2, acc3, w, kx, x_ptr, sxm, M, K, a, b,
+                                            NMB, True)
     return acc0, acc1, acc2, acc3
