@@ -10,10 +10,10 @@ every verify row stays bit-identical to the one-row pass). A layer:
       -> o partials -> _residual_norm_kernel (x += o; h = norm(x))
       -> gate|up with the SwiGLU epilogue -> down partials -> _residual_norm_kernel
 
-With SPECSCOPE_TAIL=1 (opt-in until a card has measured it), for a few rows (a plain step, a
-small window) the residual + norm and a split gate|up's SwiGLU run in the tail of the matmul
-before them (engine.kernels.triton_kernels.packed_residual_norm, packed_swiglu): ~7 launches a
-layer instead of ~9, each row's bits the same as the separate kernels give it.
+With SPECSCOPE_TAIL=1 (opt-in: measured exact but no faster on an H100), for a few rows (a
+plain step, a small window) the residual + norm and a split gate|up's SwiGLU run in the tail of
+the matmul before them (engine.kernels.triton_kernels.packed_residual_norm, packed_swiglu): ~7
+launches a layer instead of ~9, each row's bits the same as the separate kernels give it.
 
 A long prefill (at least DENSE_PREFILL_ROWS rows, every weight of a type
 engine.kernels.triton_unpack takes) dequantizes each weight into a scratch matrix and runs the
