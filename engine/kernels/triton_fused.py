@@ -38,8 +38,8 @@ import triton.language as tl
 # The step after a split matmul (the residual and norm after o and down, the SwiGLU of a split
 # gate|up) in the matmul's tail for few rows (engine.kernels.triton_kernels.tail_rows), instead
 # of a launch of its own: SPECSCOPE_TAIL=1. Off by default: measured on an H100 (BENCHMARKS.md,
-# "The tails measured and refuted") it is exact (216/216) but no faster (plain 0.995x, the user
-# default 0.94x): the tail's atomic and dependent loads cost what the launch did. With it on,
+# "The tails measured and refuted") it is exact (216/216) but no faster (plain 0.995x, adaptive
+# windows 0.94x): the tail's atomic and dependent loads cost what the launch did. With it on,
 # every residual norm takes the order-free sum of squares, so a tail and this module's kernel
 # give a row the same bits.
 TAILS = os.environ.get("SPECSCOPE_TAIL", "0") == "1"
