@@ -49,15 +49,10 @@ TAILS = os.environ.get("SPECSCOPE_TAIL", "0") == "1"
 def _sum_parts(ws_ptr, row_off, cols, mask, sws, S: tl.constexpr, CG: tl.constexpr = False):
     """sum_{s < S} ws[s, row, cols] in the order s = 0, 1, ... (float32). CG: loads past the L1
     (the matmul's tail reads what the launch's other programs wrote)."""
-    if CG:
-        acc = tl.load(ws_ptr + row_off + cols, mask=mask, other=0.0, cache_modifier=".cg")
-        for s in tl.static_range(1, S):
-            acc += tl.load(ws_ptr + s * sws + row_off + cols, mask=mask, other=0.0,
-                           cache_modifier=".cg")
-    else:
-        acc = tl.load(ws_ptr + row_off + cols, mask=mask, other=0.0)
-        for s in tl.static_range(1, S):
-            acc += tl.load(ws_ptr + s * sws + row_off + cols, mask=mask, other=0.0)
+    CM: tl.constexpr = ".cg" if CG else ""
+    acc = tl.load(ws_ptr + row_off + cols, mask=mask, other=0.0, cache_modifier=CM)
+    for s in tl.static_range(1, S):
+        acc += tl.load(ws_ptr + s * sws + row_off + cols, mask=mask, other=0.0, cache_modifier=CM)
     return acc
 
 

@@ -413,7 +413,7 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
     rdna = (bool(cfg.get("RDNA")) and (qtype in _RDNA_TYPES or (qtype in _SI_TYPES and bool(cfg.get("SI"))))
             and not ieee and (k % 256 == 0 or qtype != "Q4_K"))
     xp = bool(cfg.get("XP")) and qtype in _X1_TYPES and k % 256 == 0
-    si = rdna and bool(cfg.get("SI")) and qtype in _SI_TYPES and (k % 256 == 0 or qtype != "Q4_K")
+    si = rdna and bool(cfg.get("SI")) and qtype in _SI_TYPES
     if xp:
         shape, perm = _xperm_order(x2.shape[0], k, cfg["JS"], rdna, si)
         x2 = x2.reshape(shape).permute(perm).reshape(x2.shape[0], k)      # a contiguous copy
@@ -486,14 +486,14 @@ def packed_residual_norm(x: torch.Tensor, w, xres: torch.Tensor, h: torch.Tensor
     m = x2.shape[0]
     if m == 0:
         return
-    ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
     on = triton_fused.TAILS if tail is None else tail
-    if m <= tail_rows(n, on):
-        _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True,
-                tail=(1, xres, h, norm_w, eps, n, 1, cfg["splits"]))
+    if m > tail_rows(n, on):
+        triton_fused.residual_norm(packed_partials(x2, w, **override), xres, h, norm_w, eps,
+                                   order_free=on)
         return
-    _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True)
-    triton_fused.residual_norm(ws, xres, h, norm_w, eps, order_free=on)
+    ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
+    _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True,
+            tail=(1, xres, h, norm_w, eps, n, 1, cfg["splits"]))
 
 
 def swiglu_block(w, device: torch.device) -> int:
