@@ -546,6 +546,22 @@ def _topk_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 
 # ---------------------------------------------------------------------------------------------
 
+def _order_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
+    """Every scope: the chain of increments that checks launch order (engine.kernels.pdl)."""
+    from engine.kernels.pdl import increments
+    yield "increments", lambda: increments(torch.empty(1024, dtype=torch.int32, device="meta"), 2)
+
+
+def _order_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
+    """32 dependent launches (16 of them in a graph replayed twice), with programmatic
+    dependent launch where the card takes it: each saw the one before it complete."""
+    from engine.kernels.pdl import chain_in_graph, pdl_on
+    x = torch.zeros(1, device=device)
+    got = chain_in_graph(device).double()
+    how = "overlapping (PDL)" if pdl_on(x) else "one after another"
+    return [(f"48 increments, launched {how}", got, torch.full_like(got, 48.0), 0.0)]
+
+
 SITES = (
     Site("packed matmul", _packed_configs, _packed_smoke),
     Site("packed matmul, int8 path", _i8_configs, _no_smoke),
@@ -554,6 +570,7 @@ SITES = (
     Site("fused layer", _fused_configs, _fused_smoke),
     Site("dense prefill unpack", _unpack_configs, _no_smoke),
     Site("top-k", _topk_configs, _topk_smoke),
+    Site("launch order", _order_configs, _order_smoke),
 )
 
 
@@ -562,9 +579,12 @@ def launches(target: Target, scope: str = "full",
     """Every distinct launch (one per compile) the sites issue on ``target``."""
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    from engine.kernels.pdl import compiling_pdl
     out: dict = {}
-    for site in sites:
-        for label, call in site.configs(target, scope):
-            for launch in record(call, target.backend, f"{site.name}: {label}"):
-                out.setdefault(compile_key(launch, target), launch)
+    # CUDA cards from compute capability 9.0 launch with PDL (engine.kernels.pdl)
+    with compiling_pdl(target.backend == "cuda" and int(target.arch) >= 90):
+        for site in sites:
+            for label, call in site.configs(target, scope):
+                for launch in record(call, target.backend, f"{site.name}: {label}"):
+                    out.setdefault(compile_key(launch, target), launch)
     return list(out.values())

@@ -32,6 +32,7 @@ import triton.language as tl
 
 from engine.kernels.window_layout import BLOCK, WindowLayout
 from engine.kernels.dot_precision import ieee_code
+from engine.kernels.pdl import pdl_kwargs, pdl_wait
 from engine.kernels.triton_dot import dot_f32
 
 import os
@@ -48,7 +49,8 @@ CH = tl.constexpr(int(os.environ.get("SPECSCOPE_ATTN_COMBINE_CH", "8")))
 def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, acc_ptr,
                   cnt_ptr, o_ptr, sqr, sqh, skh, skc, sar, sor, soh, scale, NS: tl.constexpr,
                   G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
-                  SB: tl.constexpr, IEEE: tl.constexpr):
+                  SB: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_wait(PDL)       # engine.kernels.pdl
     r, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = tl.load(n_ptr)
     length = n + tl.load(depth_ptr + r) + 1          # the row's logical key count
@@ -190,5 +192,5 @@ def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, n, layout.depth, anc, m_ws, l_ws, acc_ws, _counters(q.device, R * Hkv), out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), anc.stride(0), out.stride(0),
         out.stride(1), D ** -0.5, NS=NS, G=G, GP=GP, D=D, BN=BLOCK, SB=SPLIT_BLOCKS, IEEE=ieee,
-        num_warps=4)
+        num_warps=4, **pdl_kwargs(q))
     return out

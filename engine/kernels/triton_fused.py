@@ -35,6 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.pdl import pdl_kwargs, pdl_wait
+
 # The step after a split matmul (the residual and norm after o and down, the SwiGLU of a split
 # gate|up) in the matmul's tail for few rows (engine.kernels.triton_kernels.tail_rows), instead
 # of a launch of its own: SPECSCOPE_TAIL=1. Off by default: measured on an H100 (BENCHMARKS.md,
@@ -101,11 +103,13 @@ def _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, M, N, sws, swr, sxr, 
 
 @triton.jit
 def _residual_norm_kernel(ws_ptr, x_ptr, h_ptr, w_ptr, N, sws, swr, sxr, shr, eps,
-                          S: tl.constexpr, BLOCK: tl.constexpr, OF: tl.constexpr = False):
+                          S: tl.constexpr, BLOCK: tl.constexpr, OF: tl.constexpr = False,
+                          PDL: tl.constexpr = False):
     """Row r: x[r] = round(x[r] + round(sum_s ws[s, r])) (S = 0: x[r] as it is), then
     h[r] = round(x[r] * rsqrt(mean(x[r]^2) + eps) * w). x is updated in place. OF (with the
     matmul tails, TAILS): the sum of squares order-free, as the tails compute it
-    (_residual_norm_rows); else a float sum whose order follows N only."""
+    (_residual_norm_rows); else a float sum whose order follows N only. PDL: engine.kernels.pdl."""
+    pdl_wait(PDL)
     if OF:
         rows = tl.program_id(0) + tl.arange(0, 1)
         _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, rows + 1, N, sws, swr, sxr, shr,
@@ -142,8 +146,9 @@ def _swiglu_rows(ws_ptr, o_ptr, rows, i, M, NH, sws, swr, sor, HB: tl.constexpr,
 
 @triton.jit
 def _reduce_swiglu_kernel(ws_ptr, o_ptr, NH, sws, swr, sor, HB: tl.constexpr,
-                          S: tl.constexpr, BLOCK: tl.constexpr):
+                          S: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """Row r, outputs i in this program's block (_swiglu_rows)."""
+    pdl_wait(PDL)
     rows = tl.program_id(0) + tl.arange(0, 1)
     i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     _swiglu_rows(ws_ptr, o_ptr, rows, i, rows + 1, NH, sws, swr, sor, HB, S, False)
@@ -195,10 +200,11 @@ def _qkv_rope_kernel(wa_ptr, wb_ptr, bias_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr,
                      sqr, sqh, skh, skc, stab, eps,
                      HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
                      SA: tl.constexpr, SB: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     QK_NORM: tl.constexpr):
+                     QK_NORM: tl.constexpr, PDL: tl.constexpr = False):
     """Program (r, j): head j of row r (q heads, then k heads, then v heads). q and k: the
     head's RMSNorm (QK_NORM), then rotate-half RoPE at the row's position; q to q[r, j], k and v
     to the cache at the row's slot. Which of the three a head is selects masks, not pointers."""
+    pdl_wait(PDL)
     r = tl.program_id(0)
     j = tl.program_id(1)
     D2: tl.constexpr = D // 2
@@ -262,7 +268,7 @@ def residual_norm(ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor, w: 
     _residual_norm_kernel[(R,)](
         src, x, h, w, N, src.stride(0), src.stride(1) if ws is not None else 0,
         x.stride(0), h.stride(0), eps, S=0 if ws is None else ws.shape[0], BLOCK=block,
-        num_warps=4 if block <= 2048 else 8, **({"OF": True} if order_free else {}))
+        num_warps=4 if block <= 2048 else 8, **({"OF": True} if order_free else {}), **pdl_kwargs(x))
 
 
 def reduce_swiglu(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:
@@ -272,7 +278,7 @@ def reduce_swiglu(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:
     blk = 1024
     _reduce_swiglu_kernel[(m, triton.cdiv(n // 2, blk))](
         ws, out, n // 2, ws.stride(0), ws.stride(1), out.stride(0), HB=hb, S=S, BLOCK=blk,
-        num_warps=4)
+        num_warps=4, **pdl_kwargs(ws))
     return out
 
 
@@ -292,4 +298,4 @@ def qkv_rope(wa: torch.Tensor, wb: torch.Tensor, na: int, bias: torch.Tensor | N
         cos, sin, positions, slots, q, kc, vc, na, wa.stride(0), wa.stride(1), wb.stride(0),
         wb.stride(1), q.stride(0), q.stride(1), kc.stride(0), kc.stride(1), cos.stride(0), eps,
         HQ=Hq, HKV=Hkv, D=D, SA=wa.shape[0], SB=wb.shape[0], HAS_BIAS=bias is not None,
-        QK_NORM=qk_norm, num_warps=1)
+        QK_NORM=qk_norm, num_warps=1, **pdl_kwargs(q))

@@ -97,6 +97,7 @@ import torch
 import triton
 
 from .dot_precision import gpu_backend, ieee_code
+from .pdl import matmul_pdl_kwargs, pdl_kwargs
 from . import triton_fused
 from .triton_int8 import _i8_matmul
 from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel, _xperm_order
@@ -112,6 +113,8 @@ _Q8_0, _Q4_0, _Q4_1, _Q4_K, _Q5_K, _Q6_K, _Q6_K8, _Q4_KN = 0, 1, 2, 3, 4, 5, 6, 
 _CODES = {"Q8_0": _Q8_0, "Q4_0": _Q4_0, "Q4_1": _Q4_1, "Q4_K": _Q4_K, "Q5_K": _Q5_K, "Q6_K": _Q6_K,
           "Q6_K8": _Q6_K8, "Q4_KN": _Q4_KN}
 SUPPORTED_QTYPES = tuple(_CODES)
+# bytes of the first plane (the quants) per 256 weights: what the PDL prefetch sends for
+_P0_BYTES = {"Q8_0": 256, "Q6_K8": 256, "Q4_KN": 144}
 
 # the planes each type's kernel reads, in argument order
 _PLANES = {
@@ -429,12 +432,13 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
         # arithmetic: the bits do not change.
         stages = _stages(cfg, m, gpu_backend() == "hip", ieee)
         targs, tkw = _tail_args(tail, dst, m)
+        pdl = matmul_pdl_kwargs(xc, k // cfg["splits"] * _P0_BYTES.get(qtype, 128) // 256)
         while True:
             try:
                 _packed_mm_kernel[grid](
                     xc, dst[r0 * som:], *planes, m, n, k, xc.stride(0), som, sop,
                     k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (specialized)
-                    *targs, **tkw,
+                    *targs, **tkw, **pdl,
                     TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=nmb,
                     SPLIT=split, EVEN_K=k % 256 == 0, IEEE=ieee,
                     SB=cfg["SB"], JS=cfg["JS"], SWIGLU=swiglu, num_warps=cfg["num_warps"],
@@ -558,5 +562,5 @@ def packed_matmul(x: torch.Tensor, w, **override) -> torch.Tensor:
         mn = m * n
         blk = 1024
         _sum_splits_kernel[(triton.cdiv(mn, blk),)](
-            ws, out[r0:r0 + m], mn, ws.stride(0), S=splits, BLOCK=blk, num_warps=4)
+            ws, out[r0:r0 + m], mn, ws.stride(0), S=splits, BLOCK=blk, num_warps=4, **pdl_kwargs(ws))
     return out.reshape(*lead, n)

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.pdl import pdl_kwargs, pdl_wait
+
 BV = 4096                 # logits a chunk program ranks
 NONE = 2 ** 31 - 1        # the id of "no candidate" (a chunk with fewer than k logits)
 
@@ -35,7 +37,8 @@ def _best(key, val, cid, live, BIG: tl.constexpr):
 
 @triton.jit
 def _topk_part_kernel(x_ptr, v_ptr, i_ptr, V, sx, K: tl.constexpr, BV: tl.constexpr,
-                      BIG: tl.constexpr):
+                      BIG: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_wait(PDL)       # engine.kernels.pdl
     r, c = tl.program_id(0), tl.program_id(1)
     offs = c * BV + tl.arange(0, BV)
     live = offs < V
@@ -50,7 +53,8 @@ def _topk_part_kernel(x_ptr, v_ptr, i_ptr, V, sx, K: tl.constexpr, BV: tl.conste
 
 @triton.jit
 def _topk_merge_kernel(v_ptr, i_ptr, ov_ptr, oi_ptr, N, K: tl.constexpr, NP: tl.constexpr,
-                       BIG: tl.constexpr):
+                       BIG: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_wait(PDL)
     r = tl.program_id(0)
     p = tl.arange(0, NP)
     live = p < N
@@ -77,9 +81,10 @@ def topk_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     part_v = torch.empty(R, S * k, dtype=torch.float32, device=dev)
     part_i = torch.empty(R, S * k, dtype=torch.int32, device=dev)
     _topk_part_kernel[(R, S)](logits, part_v, part_i, V, logits.stride(0), K=k, BV=bv,
-                              BIG=NONE, num_warps=8)
+                              BIG=NONE, num_warps=8, **pdl_kwargs(logits))
     values = torch.empty(R, k, dtype=torch.float32, device=dev)
     ids = torch.empty(R, k, dtype=torch.int64, device=dev)
     _topk_merge_kernel[(R,)](part_v, part_i, values, ids, S * k, K=k,
-                             NP=triton.next_power_of_2(S * k), BIG=NONE, num_warps=4)
+                             NP=triton.next_power_of_2(S * k), BIG=NONE, num_warps=4,
+                             **pdl_kwargs(logits))
     return values, ids

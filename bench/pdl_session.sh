@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Device calls for issue 36: programmatic dependent launch (engine.kernels.pdl; SPECSCOPE_PDL=0
+# off, 1 PDL launches, 2 PDL launches whose matmuls prefetch their first weight lines, the
+# default) measured against itself and llama.cpp built in the same session. Expects the bundled
+# GGUF joined at /tmp/model (../shared/tools/split-model-for-device), the gguf wheel in .whl,
+# llama.cpp's source in .peers (../shared/tools/llamacpp-on-device) and the tokenizer GGUF in
+# .device_tok. Results in $OUT.
+#   bash bench/pdl_session.sh exact   # llama.cpp built in the background while the doctor and
+#                                     # bench/gpu_exact_all_session.sh new run (PDL=${PDL:-2})
+#   bash bench/pdl_session.sh speed   # bundled: 3 rounds of llama-bench tg128 d1000 against our
+#                                     # decode with PDL 0 / 1 / 2; host_steps PDL 0 / 2 twice;
+#                                     # the one-row pass's kernels with PDL 0 and 2
+#   bash bench/pdl_session.sh big     # the 8B-like Q4_K_M made here: llama-bench tg128 d1000
+#                                     # and -p 1 / 16 against our decode and passes, PDL 0 / 2
+#   bash bench/pdl_session.sh tree    # bundled: llama.cpp's n-gram speculation and ours on the
+#                                     # same prompts (llamacpp_spec.py, tree_vs_llamacpp.py)
+set -u
+. bench/lcpp_build.sh
+M=/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf
+M8=/tmp/m/qwen3-8b.Q4_K_M.gguf
+B=/tmp/lcpp/llama.cpp/build/bin
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
+step() { echo "== $* ($(date +%T))"; }
+tg() {  # model, tag: llama-bench tg128 at depth 1000
+  [ -x $B/llama-bench ] && $B/llama-bench -m $1 -ngl 99 -fa 1 -p 0 -n 128 -d 1000 -r 3 -o json \
+    > "$OUT/lcpp_tg_$2.json" 2>/dev/null && python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[0]; print('llama.cpp tg128 d1000', round(r['avg_ts'], 1), 'tok/s')" "$OUT/lcpp_tg_$2.json"
+}
+decode() {  # model, pdl, tag
+  SPECSCOPE_PDL=$2 timeout 200 python3 bench/gpu_speed.py decode --model $1 --out "$OUT/decode_p$2_$3" \
+    2>&1 | grep "^decode" | sed "s/^/pdl=$2 /"
+}
+case "${1:-speed}" in
+exact)
+  lcpp_build 10 llama-bench llama-speculative-simple &
+  SPECSCOPE_PDL=${PDL:-2} bash bench/gpu_exact_all_session.sh new
+  wait ;;
+speed)
+  for r in 1 2 3; do
+    order="0 1 2"; [ $r = 2 ] && order="2 0 1"; [ $r = 3 ] && order="1 2 0"
+    tg $M bundled_$r
+    for p in $order; do decode $M $p $r; done
+  done
+  for p in 0 2 2 0; do
+    step "host_steps, pdl $p"
+    SPECSCOPE_PDL=$p timeout 200 python3 bench/host_steps.py $M --prompts 3 --tokens 96 \
+      --json "$OUT/host_steps_p${p}_$SECONDS.json" 2>&1 | grep -v Warn | sed -n 2,7p
+  done
+  step "kernels, pdl 2 and 0"
+  for p in 2 0; do
+    SPECSCOPE_PDL=$p timeout 150 python3 bench/gpu_speed.py kernels --model $M --out "$OUT/k_p$p" --top 10 \
+      2>&1 | grep -v Warn | tail -14
+  done ;;
+big)
+  [ -x $B/llama-bench ] || lcpp_build 14 llama-bench > /tmp/lcpp_rc.txt 2>&1 &
+  step "8B-like model"
+  [ -f $M8 ] || timeout 300 python3 bench/make_model.py --shape qwen3-8b --recipe Q4_K_M --out $M8 \
+    --tokenizer-from .device_tok/tokenizer.gguf 2>&1 | tail -2
+  for p in 2 0; do
+    SPECSCOPE_PDL=$p timeout 150 python3 bench/speed_steps.py $M8 quick 2>&1 | grep -v Warn | tail -4 | sed "s/^/pdl=$p /"
+  done
+  step "waiting for llama.cpp"; wait; cat /tmp/lcpp_rc.txt 2>/dev/null
+  for r in 1 2; do
+    order="0 2"; [ $r = 2 ] && order="2 0"
+    tg $M8 8b_$r
+    for p in $order; do decode $M8 $p 8b_$r; done
+  done
+  [ -x $B/llama-bench ] && $B/llama-bench -m $M8 -ngl 99 -fa 1 -p 1,16 -n 0 -d 1000 -r 3 -o json \
+    > "$OUT/lcpp_pass_8b.json" 2>/dev/null && python3 -c "import json,sys; [print('llama.cpp pass', r['n_prompt'], 'rows', round(1000 * r['n_prompt'] / r['avg_ts'], 2), 'ms') for r in json.load(open(sys.argv[1]))]" "$OUT/lcpp_pass_8b.json"
+  step "kernels, 8B one row, pdl 2"
+  timeout 200 python3 bench/gpu_speed.py kernels --model $M8 --out "$OUT/k8b" --top 12 2>&1 | grep -v Warn | tail -16 ;;
+tree)
+  step "llama.cpp n-gram speculation"
+  timeout 300 python3 bench/llamacpp_spec.py --build /tmp/lcpp/llama.cpp/build --model $M --per-category 3 \
+    --tokens 128 --extra "-ngl 99 -fa on" --out $OUT/llamacpp_spec_gpu.json 2>&1 | tail -6
+  step "ours on the same prompts"
+  timeout 300 python3 bench/tree_vs_llamacpp.py --model $M --llama $OUT/llamacpp_spec_gpu.json \
+    --out $OUT/tree_vs_llamacpp.json 2>&1 | tail -20 ;;
+esac
+step done

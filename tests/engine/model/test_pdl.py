@@ -1,0 +1,95 @@
+"""Programmatic dependent launch (engine.kernels.pdl), checked with no GPU: which launches take it
+on which target, and the order of the compiled code (the weight prefetch before the wait, every
+read and store after it). The launch order on a card is the doctor's "launch order" smoke and
+the GPU exactness check (BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from engine.kernels import kernel_catalog as kc  # noqa: E402
+from engine.kernels import pdl  # noqa: E402
+from engine.kernels.kernel_aot import TARGETS, compile_launch, record  # noqa: E402
+
+
+def test_no_pdl_off_the_card_or_on_rocm(pdl_mode):
+    x = torch.zeros(4)
+    assert pdl.pdl_kwargs(x) == {} and pdl.matmul_pdl_kwargs(x, 4096) == {}
+    meta = torch.empty(4, device="meta")
+    assert pdl.pdl_kwargs(meta) == {}
+    from engine.kernels.dot_precision import compiling_for
+    with compiling_for("hip"), pdl.compiling_pdl(True):
+        assert pdl.pdl_kwargs(meta) == {}          # ROCm has no such launch
+    with compiling_for("cuda"), pdl.compiling_pdl(True):
+        assert pdl.pdl_kwargs(meta) == {"PDL": True, "launch_pdl": True}
+        kw = pdl.matmul_pdl_kwargs(meta, 300)      # 3 lines, rounded up to 4
+        assert kw["PFL"] == 4
+        assert pdl.matmul_pdl_kwargs(meta, 1 << 20)["PFL"] == 8
+    with compiling_for("cuda"), pdl.compiling_pdl(False):
+        assert pdl.pdl_kwargs(meta) == {}          # sm_80, sm_89
+
+
+def _targets_launches(target_name: str) -> list:
+    return kc.launches(TARGETS[target_name], "kernels")
+
+
+@pytest.fixture
+def pdl_mode(monkeypatch):
+    """The default mode (2: PDL and the matmul's prefetch) whatever SPECSCOPE_PDL says."""
+    monkeypatch.setattr(pdl, "MODE", 2)
+
+
+def test_every_kernel_of_a_pass_launches_with_pdl_on_sm90_and_none_on_rdna(pdl_mode):
+    """On sm_90 every launch of ours in a pass takes PDL (the dense matmul and the prefill unpack
+    run outside the one-row pass and keep ordinary launches); on gfx1201, none."""
+    pass_kernels = ("_packed_mm_kernel", "_sum_splits_kernel", "_split_kernel", "_residual_norm_kernel",
+                    "_reduce_swiglu_kernel", "_qkv_rope_kernel", "_topk_part_kernel", "_topk_merge_kernel")
+    cuda = [L for L in _targets_launches("sm_90") if L.name.rsplit(".", 1)[-1] in pass_kernels]
+    assert {L.name.rsplit(".", 1)[-1] for L in cuda} >= set(pass_kernels) - {"_sum_splits_kernel"}
+    for L in cuda:
+        if "int8 path" in L.label:
+            continue
+        assert L.kwargs.get("PDL") is True and L.kwargs.get("launch_pdl") is True, L.label
+    for L in _targets_launches("gfx1201"):
+        assert "PDL" not in L.kwargs and "launch_pdl" not in L.kwargs, L.label
+
+
+def test_the_matmul_sends_for_weights_before_it_waits_and_reads_nothing_before(pdl_mode):
+    """The sm_90 PTX of a one-row Q4_K matmul: L2 prefetches, then griddepcontrol.wait, then
+    launch_dependents, and every global load or store after the wait."""
+    from engine.kernels.dot_precision import compiling_for
+    from engine.kernels.triton_kernels import packed_partials
+    x = torch.empty(1, 4096, dtype=torch.bfloat16, device="meta")
+    w = kc._meta_packed("Q4_K", 4096, 4096)
+    with compiling_for("cuda"), pdl.compiling_pdl(True):
+        (launch,) = [L for L in record(lambda: packed_partials(x, w), "cuda")
+                     if L.name.endswith("_packed_mm_kernel")]
+    assert launch.kwargs["PFL"] == 8 and launch.kwargs["PDL"]
+    res = compile_launch(launch, TARGETS["sm_90"], keep_asm=True)
+    assert res.ok, res.error
+    ptx = res.asm["ptx"]
+    wait = ptx.index("griddepcontrol.wait")
+    assert ptx.index("griddepcontrol.launch_dependents") > wait
+    prefetches = [m.start() for m in re.finditer(r"prefetch\.global\.L2", ptx)]
+    assert prefetches and max(prefetches) < wait
+    first_mem = min(m.start() for m in re.finditer(r"\b(ld|st|cp\.async)\.(global|shared)", ptx))
+    assert first_mem > wait
+    # the same launch for RDNA: no PDL, no prefetch
+    with compiling_for("hip"), pdl.compiling_pdl(False):
+        (launch,) = [L for L in record(lambda: packed_partials(x, w), "hip")
+                     if L.name.endswith("_packed_mm_kernel")]
+    hip = compile_launch(launch, TARGETS["gfx1201"], keep_asm=True)
+    assert hip.ok and "PFL" not in launch.kwargs
+
+
+def test_the_kernels_ordinary_launch_is_unchanged_by_the_pdl_code():
+    """PDL a constexpr False (the CPU, ROCm, SPECSCOPE_PDL=0): the compiled kernel has no
+    grid-dependency instruction at all."""
+    launch = next(L for L in _targets_launches("gfx1201") if L.name.endswith("_residual_norm_kernel"))
+    res = compile_launch(launch, TARGETS["sm_90"], keep_asm=True)
+    assert res.ok and "griddepcontrol" not in res.asm["ptx"] and "prefetch" not in res.asm["ptx"]
