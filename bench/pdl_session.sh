@@ -8,7 +8,7 @@
 #   bash bench/pdl_session.sh exact   # llama.cpp built in the background while the doctor and
 #                                     # bench/gpu_exact_all_session.sh new run (PDL=${PDL:-2})
 #   bash bench/pdl_session.sh speed   # bundled: 3 rounds of llama-bench tg128 d1000 against our
-#                                     # decode with PDL 0 / 1 / 2; host_steps PDL 0 / 2 twice;
+#                                     # decode with PDL 0 / 2 (1 once); host_steps PDL 0 / 2 twice;
 #                                     # the one-row pass's kernels with PDL 0 and 2
 #   bash bench/pdl_session.sh big     # the 8B-like Q4_K_M made here: llama-bench tg128 d1000
 #                                     # and -p 1 / 16 against our decode and passes, PDL 0 / 2
@@ -37,7 +37,7 @@ exact)
   wait ;;
 speed)
   for r in 1 2 3; do
-    order="0 1 2"; [ $r = 2 ] && order="2 0 1"; [ $r = 3 ] && order="1 2 0"
+    order="0 1 2"; [ $r = 2 ] && order="2 0"; [ $r = 3 ] && order="0 2"
     tg $M bundled_$r
     for p in $order; do decode $M $p $r; done
   done
