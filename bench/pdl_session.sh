@@ -7,6 +7,8 @@
 # .device_tok. Results in $OUT.
 #   bash bench/pdl_session.sh exact   # llama.cpp built in the background while the doctor and
 #                                     # bench/gpu_exact_all_session.sh new run (PDL=${PDL:-2})
+#   bash bench/pdl_session.sh all     # exact, then 2 rounds of tg128 / our decode PDL 0 / 2 and
+#                                     # host_steps PDL 0 / 2 (one call when device time is short)
 #   bash bench/pdl_session.sh speed   # bundled: 3 rounds of llama-bench tg128 d1000 against our
 #                                     # decode with PDL 0 / 2 (1 once); host_steps PDL 0 / 2 twice;
 #                                     # the one-row pass's kernels with PDL 0 and 2
@@ -35,6 +37,20 @@ exact)
   lcpp_build 10 llama-bench llama-speculative-simple &
   SPECSCOPE_PDL=${PDL:-2} bash bench/gpu_exact_all_session.sh new
   wait ;;
+all)        # one call: exact (PDL 2), then 2 rounds of tg128 against our decode PDL 0 / 2, host_steps
+  lcpp_build 12 llama-bench > /tmp/lcpp_rc.txt 2>&1 &
+  SPECSCOPE_PDL=2 bash bench/gpu_exact_all_session.sh new
+  step "waiting for llama.cpp"; wait; cat /tmp/lcpp_rc.txt
+  for r in 1 2; do
+    order="0 2"; [ $r = 2 ] && order="2 0"
+    tg $M bundled_$r
+    for p in $order; do decode $M $p $r; done
+  done
+  for p in 0 2; do
+    step "host_steps, pdl $p"
+    SPECSCOPE_PDL=$p timeout 120 python3 bench/host_steps.py $M --prompts 2 --tokens 96 \
+      --json "$OUT/host_steps_p${p}_$SECONDS.json" 2>&1 | grep -v Warn | sed -n 2,7p
+  done ;;
 speed)
   for r in 1 2 3; do
     order="0 1 2"; [ $r = 2 ] && order="2 0"; [ $r = 3 ] && order="0 2"
