@@ -52,25 +52,22 @@ all)        # one call: exact (PDL 2), then 2 rounds of tg128 against our decode
       --json "$OUT/host_steps_p${p}_$SECONDS.json" 2>&1 | grep -v Warn | sed -n 2,7p
   done ;;
 one)        # a single call, no bundled file carried: the bundled model's shape with random Q4_1
-            # weights (bench/make_model.py), the chain, the doctor and exactness with PDL 2,
-            # then 2 rounds of tg128 against our decode PDL 0 / 2 on that file
+            # weights (bench/make_model.py), the chain, exactness (bfloat16) with PDL 2, then
+            # our decode PDL 0 / 2 twice around llama.cpp's tg128 on that file
   lcpp_build 12 llama-bench > /tmp/lcpp_rc.txt 2>&1 &
   MR=/tmp/m/smollm2-135m.Q4_1.gguf
   timeout 120 python3 bench/make_model.py --shape smollm2-135m --recipe Q4_1 --out $MR \
     --tokenizer-from .device_tok/tokenizer.gguf 2>&1 | tail -1
   step "launch chains"
   timeout 150 python3 bench/pdl_chain.py --json $OUT/pdl_chain.json 2>&1 | grep -v Warn
-  step doctor
-  SPECSCOPE_PDL=2 timeout 150 python3 -m specscope.cli doctor --model $MR 2>&1 | grep -v Warn | tee $OUT/doctor.txt | grep -v "^ok"
-  step "exactness, PDL 2"
-  SPECSCOPE_PDL=2 timeout 240 python3 bench/gpu_exact_all.py --device cuda --model $MR \
+  step "exactness, PDL 2, bfloat16"
+  SPECSCOPE_PDL=2 timeout 200 python3 bench/gpu_exact_all.py --device cuda --model $MR --dtypes bfloat16 \
     --json $OUT/exact_pdl2.json 2> $OUT/exact_pdl2.log | tee $OUT/exact_pdl2.txt | tail -n 3
+  for p in 0 2; do decode $MR $p 1; done
   step "waiting for llama.cpp"; wait; cat /tmp/lcpp_rc.txt
-  for r in 1 2; do
-    order="0 2"; [ $r = 2 ] && order="2 0"
-    tg $MR s135_$r
-    for p in $order; do decode $MR $p $r; done
-  done ;;
+  tg $MR s135_1
+  for p in 2 0; do decode $MR $p 2; done
+  tg $MR s135_2 ;;
 speed)
   for r in 1 2 3; do
     order="0 1 2"; [ $r = 2 ] && order="2 0"; [ $r = 3 ] && order="0 2"
