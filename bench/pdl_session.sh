@@ -9,6 +9,7 @@
 #                                     # bench/gpu_exact_all_session.sh new run (PDL=${PDL:-2})
 #   bash bench/pdl_session.sh all     # exact, then 2 rounds of tg128 / our decode PDL 0 / 2 and
 #                                     # host_steps PDL 0 / 2 (one call when device time is short)
+#   bash bench/pdl_session.sh min     # 'one' without llama.cpp
 #   bash bench/pdl_session.sh speed   # bundled: 3 rounds of llama-bench tg128 d1000 against our
 #                                     # decode with PDL 0 / 2 (1 once); host_steps PDL 0 / 2 twice;
 #                                     # the one-row pass's kernels with PDL 0 and 2
@@ -67,6 +68,16 @@ one)        # a single call, no bundled file carried: the bundled model's shape 
   step "llama.cpp, if built within a minute"
   for i in $(seq 60); do [ -x $B/llama-bench ] && break; sleep 1; done
   tg $MR s135_1 && decode $MR 2 last ;;
+min)        # 'one' without llama.cpp (little device time left)
+  MR=/tmp/m/smollm2-135m.Q4_1.gguf
+  timeout 60 python3 bench/make_model.py --shape smollm2-135m --recipe Q4_1 --out $MR \
+    --tokenizer-from .device_tok/tokenizer.gguf 2>&1 | tail -1
+  step "launch chains"
+  timeout 100 python3 bench/pdl_chain.py --rounds 2 --json $OUT/pdl_chain.json 2>&1 | grep -v Warn
+  step "exactness, PDL 2, bfloat16"
+  SPECSCOPE_PDL=2 timeout 150 python3 bench/gpu_exact_all.py --device cuda --model $MR --dtypes bfloat16 \
+    --json $OUT/exact_pdl2.json 2> $OUT/exact_pdl2.log | tee $OUT/exact_pdl2.txt | tail -n 3
+  for p in 2 0 0 2; do decode $MR $p $SECONDS; done ;;
 speed)
   for r in 1 2 3; do
     order="0 1 2"; [ $r = 2 ] && order="2 0"; [ $r = 3 ] && order="0 2"
