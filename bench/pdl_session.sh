@@ -74,10 +74,10 @@ min)        # 'one' without llama.cpp (little device time left)
     --tokenizer-from .device_tok/tokenizer.gguf 2>&1 | tail -1
   step "launch chains"
   timeout 100 python3 bench/pdl_chain.py --rounds 2 --json $OUT/pdl_chain.json 2>&1 | grep -v Warn
+  for p in 2 0; do decode $MR $p $SECONDS; done
   step "exactness, PDL 2, bfloat16"
   SPECSCOPE_PDL=2 timeout 150 python3 bench/gpu_exact_all.py --device cuda --model $MR --dtypes bfloat16 \
-    --json $OUT/exact_pdl2.json 2> $OUT/exact_pdl2.log | tee $OUT/exact_pdl2.txt | tail -n 3
-  for p in 2 0 0 2; do decode $MR $p $SECONDS; done ;;
+    --json $OUT/exact_pdl2.json 2> $OUT/exact_pdl2.log | tee $OUT/exact_pdl2.txt | tail -n 3 ;;
 speed)
   for r in 1 2 3; do
     order="0 1 2"; [ $r = 2 ] && order="2 0"; [ $r = 3 ] && order="0 2"
