@@ -93,3 +93,31 @@ def test_the_kernels_ordinary_launch_is_unchanged_by_the_pdl_code():
     launch = next(L for L in _targets_launches("gfx1201") if L.name.endswith("_residual_norm_kernel"))
     res = compile_launch(launch, TARGETS["sm_90"], keep_asm=True)
     assert res.ok and "griddepcontrol" not in res.asm["ptx"] and "prefetch" not in res.asm["ptx"]
+
+
+def _first(ptx: str, pattern: str) -> int:
+    m = re.search(pattern, ptx)
+    return m.start() if m else len(ptx)
+
+
+def test_every_pdl_kernel_waits_before_its_first_global_read_or_store(pdl_mode):
+    """The order the launches rely on (engine.kernels.pdl): a kernel launched with PDL runs
+    griddepcontrol.wait in every program, before any branch and before any global load, store
+    or atomic (L2 prefetches alone may come first). Without it, the kernel after could pass its
+    own wait while a kernel two launches back still runs. One sm_90 launch of each kernel."""
+    seen = {}
+    for L in _targets_launches("sm_90"):
+        if L.kwargs.get("PDL") and L.name not in seen:
+            seen[L.name] = L
+    assert len(seen) >= 7, sorted(seen)
+    for name, L in seen.items():
+        res = compile_launch(L, TARGETS["sm_90"], keep_asm=True)
+        assert res.ok, (name, res.error)
+        ptx = res.asm["ptx"]
+        body = ptx[ptx.index(".entry"):]
+        wait = _first(body, r"griddepcontrol\.wait")
+        assert wait < len(body), name
+        assert _first(body, r"\b(ld|st|atom|red)\.global|cp\.async") > wait, name
+        assert _first(body, r"\bbra\b|@%p\d+ bra") > wait, name
+        assert _first(body, r"griddepcontrol\.launch_dependents") > wait, name
+
