@@ -40,7 +40,16 @@ from engine.kernels.dot_precision import gpu_backend
 
 # 0: off (the default until measured on a card); 1: PDL launches; 2: PDL launches whose
 # matmuls prefetch their first weight lines
-MODE = int(os.environ.get("SPECSCOPE_PDL", "0") or 0)
+def _mode(text: str) -> int:
+    if text.strip() in ("", "0", "1", "2"):
+        return int(text.strip() or 0)
+    import warnings
+    warnings.warn(f"SPECSCOPE_PDL={text!r} is not 0, 1 or 2: programmatic dependent launch stays off",
+                  RuntimeWarning, stacklevel=2)
+    return 0
+
+
+MODE = _mode(os.environ.get("SPECSCOPE_PDL", "0"))
 _CAPABLE: dict[int, bool] = {}
 # the AOT compile's answer for the target it compiles for (engine.kernels.kernel_aot)
 _COMPILING: contextvars.ContextVar[bool | None] = contextvars.ContextVar("specscope_pdl", default=None)

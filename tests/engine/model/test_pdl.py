@@ -34,6 +34,12 @@ def test_no_pdl_off_the_card_or_on_rocm(pdl_mode):
         assert pdl.pdl_kwargs(meta) == {}          # sm_80, sm_89
 
 
+def test_the_switch_reads_0_1_2_and_warns_on_anything_else():
+    assert [pdl._mode(t) for t in ("", "0", "1", "2", " 2 ")] == [0, 0, 1, 2, 2]
+    with pytest.warns(RuntimeWarning, match="is not 0, 1 or 2"):
+        assert pdl._mode("yes") == 0
+
+
 def _targets_launches(target_name: str) -> list:
     return kc.launches(TARGETS[target_name], "kernels")
 
