@@ -19,6 +19,7 @@ if importlib.util.find_spec("triton") is None:
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow      # an A/B script's dry run (~13 s of make test's CPU): `make test-slow`
 def test_dry_run_on_cpu(tmp_path):
     out = tmp_path / "ab.json"
     env = dict(os.environ, TRITON_INTERPRET="1")
