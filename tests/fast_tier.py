@@ -71,6 +71,10 @@ MODEL_TESTS: dict[str, tuple[str, ...]] = {
     # Triton: a compile, or the interpreter in a child
     "tests/engine/model/test_kernel_catalog.py": (
         "test_every_kernel_compiles_for_the_users_cards_and_the_h200", "test_the_check_fails_on_what_stops_a_card"),
+    "tests/engine/model/test_pdl.py": (
+        "test_the_matmul_sends_for_weights_before_it_waits_and_reads_nothing_before",
+        "test_the_kernels_ordinary_launch_is_unchanged_by_the_pdl_code",
+        "test_every_pdl_kernel_waits_before_its_first_global_read_or_store"),
     "tests/engine/model/test_fused_layer.py": ("test_fused_layer_in_the_triton_interpreter",),
     "tests/engine/model/test_topk.py": ("test_topk_in_the_triton_interpreter",),
     "tests/engine/weights/test_triton_interpret.py": ("test_kernels_in_the_triton_interpreter",),

@@ -163,3 +163,33 @@ def l2_prefetch(ptrs):
     nothing is read into registers. CUDA only (PTX)."""
     tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs],
                               dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def prefetch_weights(p0, rn, pid_s, K4, K8, K256, QT: tl.constexpr, TPS: tl.constexpr,
+                     SB: tl.constexpr, PFL: tl.constexpr, PDL: tl.constexpr):
+    """A matmul launched early (PDL, ``engine.kernels.pdl``): L2 requests for the first PFL
+    128-byte lines of rows rn's range in the first weight plane (the quants: [N, K/2] bytes for
+    the 4-bit types, [N, K] for Q8_0 and Q6_K8, 144 bytes a superblock for Q4_KN), clamped to
+    the program's split and to the row; then the wait, before anything is read or stored."""
+    if PFL > 0:
+        _l2_lines(p0, rn, pid_s, K4, K8, K256, QT, TPS, SB, PFL)
+    pdl_wait(PDL)
+
+
+@triton.jit
+def _l2_lines(p0, rn, pid_s, K4, K8, K256, QT: tl.constexpr, TPS: tl.constexpr,
+              SB: tl.constexpr, PFL: tl.constexpr):
+    if QT == 7:
+        rs = K256 * 144
+        TB: tl.constexpr = 144 * SB
+    elif QT == 0 or QT == 6:
+        rs = K4 * 4
+        TB: tl.constexpr = 256 * SB
+    else:
+        rs = K8 * 4
+        TB: tl.constexpr = 128 * SB
+    off = pid_s * (TPS * TB) + tl.minimum(128 * tl.arange(0, PFL), TPS * TB - 1)
+    off = tl.minimum(off, rs - 1)
+    base = p0.to(tl.pointer_type(tl.int8))
+    l2_prefetch(base + rn[:, None].to(tl.int64) * rs + off[None, :])

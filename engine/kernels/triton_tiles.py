@@ -11,7 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .pdl import l2_prefetch, pdl_wait
+from .pdl import pdl_wait, prefetch_weights
 from .triton_fused import _tail
 from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
 from .triton_rdna import (_kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _sb_q4k_si, _tile_q4_01_rdna,
@@ -505,36 +505,6 @@ def _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, s
             _store(acc3, o_ptr, 48, rn_out, M, N, som, sop, pid_s, SPLIT)
 
 
-@triton.jit
-def _prefetch_weights(p0, rn, pid_s, K4, K8, K256, QT: tl.constexpr, TPS: tl.constexpr,
-                      SB: tl.constexpr, PFL: tl.constexpr, PDL: tl.constexpr):
-    """A matmul launched early (PDL, ``engine.kernels.pdl``): L2 requests for the first PFL
-    128-byte lines of rows rn's range in the first weight plane (the quants: [N, K/2] bytes for
-    the 4-bit types, [N, K] for Q8_0 and Q6_K8, 144 bytes a superblock for Q4_KN), clamped to
-    the program's split and to the row; then the wait, before anything is read or stored."""
-    if PFL > 0:
-        _l2_lines(p0, rn, pid_s, K4, K8, K256, QT, TPS, SB, PFL)
-    pdl_wait(PDL)
-
-
-@triton.jit
-def _l2_lines(p0, rn, pid_s, K4, K8, K256, QT: tl.constexpr, TPS: tl.constexpr,
-              SB: tl.constexpr, PFL: tl.constexpr):
-    if QT == 7:
-        rs = K256 * 144
-        TB: tl.constexpr = 144 * SB
-    elif QT == 0 or QT == 6:
-        rs = K4 * 4
-        TB: tl.constexpr = 256 * SB
-    else:
-        rs = K8 * 4
-        TB: tl.constexpr = 128 * SB
-    off = pid_s * (TPS * TB) + tl.minimum(128 * tl.arange(0, PFL), TPS * TB - 1)
-    off = tl.minimum(off, rs - 1)
-    base = p0.to(tl.pointer_type(tl.int8))
-    l2_prefetch(base + rn[:, None].to(tl.int64) * rs + off[None, :])
-
-
 @triton.jit(do_not_specialize=["M"])   # one compiled kernel per row-slice count, whatever M
 def _packed_mm_kernel(
     x_ptr, o_ptr, p0, p1, p2, p3, p4, p5,
@@ -553,12 +523,12 @@ def _packed_mm_kernel(
     Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic).
     X1, XP (x loads), RNE (bf16 rounding in integer ops), DW (scale loads): the same bits
     (``_xload1``, ``_xperm_order``, ``_to_dot_type``, ``_kscales``); RDNA: ``triton_rdna``. TAIL:
-    the split's next step, in the last program (``_tail``). PDL, PFL: ``_prefetch_weights``."""
+    the split's next step, in the last program (``_tail``). PDL, PFL: ``pdl.prefetch_weights``."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
     rn = tl.minimum(rn_out, N - 1)          # clamped rows: loads need no N mask
-    _prefetch_weights(p0, rn, pid_s, K4, K8, K256, QT, TPS, SB, PFL, PDL)
+    prefetch_weights(p0, rn, pid_s, K4, K8, K256, QT, TPS, SB, PFL, PDL)
     z = tl.zeros([BN, 16], dtype=tl.float32)
     acc0, acc1, acc2, acc3 = z, z, z, z
     # every split has TPS tiles (the host's split count divides the tile count): a constexpr trip

@@ -1,0 +1,14 @@
+# Sourced by the device session scripts (tail_session.sh, pdl_session.sh): the paths they share,
+# the gguf wheel from .whl on the path, `step` (a timestamped heading), `tg MODEL TAG`
+# (llama-bench tg128 at depth 1000, once llama.cpp is built by lcpp_build) and lcpp_build.
+. bench/lcpp_build.sh
+M=/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf
+M8=/tmp/m/qwen3-8b.Q4_K_M.gguf
+B=/tmp/lcpp/llama.cpp/build/bin
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
+step() { echo "== $* ($(date +%T))"; }
+tg() {  # model, tag: llama-bench tg128 at depth 1000
+  [ -x $B/llama-bench ] && $B/llama-bench -m $1 -ngl 99 -fa 1 -p 0 -n 128 -d 1000 -r 3 -o json \
+    > "$OUT/lcpp_tg_$2.json" 2>/dev/null && python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[0]; print('llama.cpp tg128 d1000', round(r['avg_ts'], 1), 'tok/s')" "$OUT/lcpp_tg_$2.json"
+}
