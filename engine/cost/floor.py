@@ -14,7 +14,13 @@ keep measuring, since acceptance moves along a request and a desktop's speed mov
    a positive finite ms, or no emitted token) retires for good, since nothing can be concluded.
 
 What is timed is the window's wall time (planning, drafting, the pass and the commit), so the
-host's own cost of speculating counts against it. Make one per request (or call `reset`). Its
+host's own cost of speculating counts against it. `lead` plain steps after a window (or at the
+start) run untimed before the timed one: on a device that queues plain steps behind each other
+(engine.model.plain_queue) the first plain step after a window waits for its own pass, while
+the ones behind it overlap the host's work, and plain decoding runs at their pace (H100,
+bundled model: ~1.3 ms against ~1.09 ms). Timing the first would price plain decoding ~20%
+too high, and keep windows that do not beat it. The decoder's floor leads by one step; the
+lessons' (and the seed's) by none. Make one per request (or call `reset`). Its
 state in words is `reason`, made from `figures` by engine.cost.plan.floor_status.
 """
 
@@ -32,10 +38,13 @@ PROBING, SPECULATING, RETIRED = "probing", "speculating", "retired"
 
 class ArFloor:
     def __init__(self, max_probes: int = 3, recent: int = 8, refresh: int = 32, reprobe: int = 16,
-                 max_reprobe: int = 128) -> None:
+                 max_reprobe: int = 128, lead: int = 0) -> None:
         if max_probes < 1:
             raise ParameterError(f"the AR floor needs at least one probe window, got {max_probes}")
+        if lead < 0:
+            raise ParameterError(f"the AR floor's lead is a count of plain steps, got {lead}")
         self.max_probes, self.recent, self.refresh = max_probes, recent, refresh
+        self.lead = lead
         self.reprobe, self.max_reprobe = reprobe, max_reprobe
         self.reset()
 
@@ -45,10 +54,12 @@ class ArFloor:
         self.windows: deque[tuple[float, int]] = deque(maxlen=self.recent)
         self.probes: list[tuple[float, int]] = []
         self.ar_windows = 0          # plain steps taken while the floor was on
+        self.timed = 0               # of them, the ones timed (not leads)
         self.since_plain = 0         # speculative windows since the last plain step
         self.wait = self.reprobe     # plain steps between probes once retired
         self.plain_left = 0          # plain steps before the next probe (retired)
         self.final = False           # retired for good (an invalid timing)
+        self.leading = self.lead     # untimed plain steps before the next timed one
         self.figures: dict[str, Any] = {"status": P.FLOOR_TIMING}
 
     @property
@@ -75,14 +86,25 @@ class ArFloor:
             return self.since_plain >= self.refresh
         return self.final or self.plain_left > 0
 
+    def leads(self) -> bool:
+        """The plain step the floor wants now is an untimed lead that the timed one follows,
+        whatever its token (probing or speculating; retired, the count of steps left says)."""
+        return self.leading > 0 and self.state != RETIRED and self.want_plain_step()
+
     def record_plain(self, ms: float) -> None:
         self.ar_windows += 1
         if self.final:
+            return
+        if self.leading > 0:
+            self.leading -= 1
+            if self.state == RETIRED:
+                self.plain_left = max(0, self.plain_left - 1)
             return
         if not valid_ms(ms):
             self._retire(final=True, status=P.FLOOR_BAD_PLAIN, ms=ms)
             return
         self.plain_ms.append(float(ms))
+        self.timed += 1
         self.since_plain = 0
         if self.state == PROBING and not self.probes:
             self.figures = {"status": P.FLOOR_READY, "ar_ms": self.ar_ms}
@@ -92,6 +114,7 @@ class ArFloor:
             self._judge()
 
     def record_window(self, ms: float, emitted: int) -> None:
+        self.leading = self.lead     # the next plain step follows a window: not queued
         if self.final or self.state == RETIRED and self.plain_left > 0:
             return
         if self.ar_ms is None:

@@ -159,8 +159,9 @@ class PricedTakeoverPolicy:
 
 
 class ArFloorPolicy:
-    """The AR floor (engine.cost.floor) in front of another policy: one timed plain step, then
-    the other policy's windows as probes, and plain steps for good if none paid."""
+    """The AR floor (engine.cost.floor) in front of another policy: a timed plain step (behind
+    the floor's untimed lead), then the other policy's windows as probes, and plain steps for
+    good if none paid."""
 
     def __init__(self, inner: WindowPolicy, floor: ArFloor, drafter: str) -> None:
         self.inner, self.floor, self.drafter = inner, floor, drafter
@@ -173,9 +174,9 @@ class ArFloorPolicy:
 
     def plain_ahead(self) -> bool:
         # retired: this plain step counts down plain_left when observed; the next is plain if
-        # one is left after it
+        # one is left after it. A lead step is followed by the timed one
         f = self.floor
-        return f.final or (f.retired and f.plain_left > 1) or plain_ahead(self.inner)
+        return f.final or (f.retired and f.plain_left > 1) or f.leads() or plain_ahead(self.inner)
 
     def observe(self, event: WindowEvent) -> None:
         if event.depth == 0 and self.floor.want_plain_step():

@@ -4,7 +4,10 @@ while speculating, so a machine whose speed moves under the run is followed."""
 
 from __future__ import annotations
 
+import pytest
+
 from engine.cost.floor import ArFloor
+from engine.errors import ParameterError
 from engine.cost.plan import FLOOR_NO_GAIN, FLOOR_SPECULATING, FLOOR_STOPPED, floor_status
 
 
@@ -68,16 +71,18 @@ def test_plain_decoding_is_re_timed_while_speculating():
     assert floor.retired and floor.figures["status"] in (FLOOR_STOPPED, FLOOR_NO_GAIN)
 
 
-def test_plain_ahead_says_whether_the_next_window_is_a_plain_step():
+@pytest.mark.parametrize("lead", [0, 1])
+def test_plain_ahead_says_whether_the_next_window_is_a_plain_step(lead):
     """The decoder queues the next plain step on the device only where the policy says it comes
     whatever the token: always with no drafter, never for a drafting policy alone, and in front
     of an AR floor exactly when the floor will ask for another plain step after this one
-    (retired, before its next probe), through probes, retirement, waits and a resumption."""
+    (retired, before its next probe; an untimed lead, before the timed step), through probes,
+    retirement, waits, a resumption and the refreshes while speculating."""
     from engine.cost.plan import Cause
     from engine.speculation.policies import ArFloorPolicy, FixedPolicy, PlainPolicy, plain_ahead
     fixed = FixedPolicy("tree", 4, 2, lambda d, w: 1 + d * w, Cause.LAST_TOKEN)
     assert plain_ahead(PlainPolicy()) and not plain_ahead(fixed)
-    floor = ArFloor(reprobe=2, max_reprobe=8)
+    floor = ArFloor(reprobe=2, max_reprobe=8, refresh=8, lead=lead)
     policy = ArFloorPolicy(fixed, floor, "tree")
     said = []
     for i in range(80):
@@ -89,4 +94,34 @@ def test_plain_ahead_says_whether_the_next_window_is_a_plain_step():
         else:
             floor.record_window(20.0, 1 if i < 40 else 5)
     assert True in said and False in said
+    assert floor.state == "speculating" and floor.timed >= 4 + lead   # the refreshes came
     assert plain_ahead(ArFloorPolicy(PlainPolicy(), ArFloor(), "none"))
+
+
+def test_a_leading_floor_times_plain_decoding_at_its_queued_pace():
+    """On a device that queues plain steps, the first plain step after a window waits for its
+    own pass (13 ms here) and the ones behind it overlap the host (10 ms). Windows at 11.5 ms a
+    token beat the first figure and lose to plain decoding's real pace: the floor that leads by
+    one untimed step retires them, the one that times the first step keeps them (the control)."""
+    def plain_ms(log):
+        return lambda i: 13.0 if not log or log[-1] == "w" else 10.0
+
+    def run(lead):
+        floor, log = ArFloor(lead=lead), []
+        for i in range(24):
+            if floor.want_plain_step():
+                floor.record_plain(plain_ms(log)(i))
+                log.append("p")
+            else:
+                floor.record_window(23.0, 2)
+                log.append("w")
+        return floor, log
+
+    led, log = run(1)
+    assert log[:2] == ["p", "p"] and led.timed < led.ar_windows and set(led.plain_ms) == {10.0}
+    assert led.retired and led.figures["status"] == FLOOR_NO_GAIN and led.ar_ms == 10.0
+    first, log0 = run(0)
+    assert log0[:2] == ["p", "w"] and first.ar_ms == 13.0
+    assert first.state == "speculating"                  # the control: 11.5 ms/token "pays"
+    with pytest.raises(ParameterError):
+        ArFloor(lead=-1)

@@ -225,3 +225,31 @@ def test_a_run_behind_the_ar_floor_wastes_no_queued_step(loaded_model, tokenizer
     rep = dec.run()
     q = rt._idle[0].plain_queue
     assert 0 <= q.queued - q.taken <= 1 and rep["new_tokens"] > 1
+
+
+@pytest.mark.parametrize("lead", [1, 0])
+def test_the_floor_times_plain_steps_that_came_queued(loaded_model, tokenizer, lead) -> None:
+    """The decoder's AR floor leads each timing with an untimed plain step, which queues the
+    timed one behind it: every plain step the floor times was taken from the session's queue,
+    as plain decoding's steps are. The control (a floor that times the first plain step after
+    a window, as before) times a step that ran its own pass."""
+    from engine.cost.floor import ArFloor
+    from engine.speculation.decoder import Decoder
+    from engine.speculation.settings import DecodeSettings
+    rt = Runtime(loaded_model, "cpu", "float32", capacity=256, graphs=True)
+    ids = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
+    dec = Decoder(rt, ids, DecodeSettings(draft="tree", ar_floor=True, max_new_tokens=24),
+                  detail=False)
+    if not lead:
+        dec.factory.floor = ArFloor(lead=0)
+    timed_from_queue, taken, timed = [], 0, 0
+    for _ in dec.windows():
+        floor, q = dec.factory.floor, dec.session.plain_queue
+        if floor.timed > timed:
+            timed_from_queue.append(q.taken > taken)
+        taken, timed = q.taken, floor.timed
+    assert timed_from_queue
+    if lead:
+        assert all(timed_from_queue) and floor.ar_windows > floor.timed, timed_from_queue
+    else:
+        assert not timed_from_queue[0]
