@@ -37,9 +37,10 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from engine.kernels.dot_precision import gpu_backend
+from engine.kernels.pass_launch import pass_pdl
 
-# 0: off (the default until measured on a card); 1: PDL launches; 2: PDL launches whose
-# matmuls prefetch their first weight lines
+# 0: off; 1: PDL launches; 2 (the default): PDL launches whose matmuls prefetch their first
+# weight lines. Either only for the models engine.kernels.pass_launch says gain
 def _mode(text: str) -> int:
     if text.strip() in ("", "0", "1", "2"):
         return int(text.strip() or 0)
@@ -49,7 +50,7 @@ def _mode(text: str) -> int:
     return 0
 
 
-MODE = _mode(os.environ.get("SPECSCOPE_PDL", "0"))
+MODE = _mode(os.environ.get("SPECSCOPE_PDL", "2"))
 _CAPABLE: dict[int, bool] = {}
 # the AOT compile's answer for the target it compiles for (engine.kernels.kernel_aot)
 _COMPILING: contextvars.ContextVar[bool | None] = contextvars.ContextVar("specscope_pdl", default=None)
@@ -68,8 +69,9 @@ def compiling_pdl(on: bool) -> Iterator[None]:
 
 def pdl_on(t: torch.Tensor) -> bool:
     """Whether kernels reading ``t`` launch with PDL (a CUDA card of compute capability >= 9,
-    not ROCm, SPECSCOPE_PDL not 0)."""
-    if MODE <= 0 or gpu_backend() != "cuda":
+    not ROCm, SPECSCOPE_PDL not 0, and inside a model's pass, a model that launches with it:
+    engine.kernels.pass_launch)."""
+    if MODE <= 0 or gpu_backend() != "cuda" or pass_pdl() is False:
         return False
     if _COMPILING.get() is not None:
         return _COMPILING.get()

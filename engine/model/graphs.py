@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import torch
 
+from engine.kernels.pass_launch import pass_launches
+
 from engine.kernels.window_layout import WindowLayout, ancestor_table
 from engine.model.cache import KVCache
 
@@ -117,7 +119,8 @@ class GraphBucket:
                 mask = (cols < n).unsqueeze(0) | win                     # [B, C]
             logits = rt.forward_fn(tokens, n + depth, mask, cache, n + ar,
                                    layout=WindowLayout(n, depth, table), exit_layer=exit_layer)
-            values, ids = top_k(logits, TOPK)
+            with pass_launches(getattr(rt.model, "pdl", True)):   # as the model's pass
+                values, ids = top_k(logits, TOPK)
             return logits, values.float(), ids
 
         self.run = run

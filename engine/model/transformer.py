@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from engine.kernels.pass_launch import pass_launches, wants_pdl
 from engine.model.attention import WindowLayout, bind_layout_attention, gqa_bias, sdpa_gqa
 from engine.model.cache import KVCache
 from engine.model.linear import Linear, check_cpu_kernels, cpu_fast_available
@@ -158,6 +159,10 @@ class Transformer:
         # a packed model on a GPU runs the fused layer (engine.model.fused_layer): ~9 launches
         # a layer instead of ~25, the same contract, rows still bit-identical across passes
         self.fused = fused_forward_for(self)
+        # whether its passes launch with programmatic dependent launch (CUDA, compute
+        # capability 9+; engine.kernels.pass_launch: a model of small layer matrices gains)
+        self.pdl = wants_pdl(max((sum(t.numel() * t.element_size() for t in v.tensors())
+                                  for L in self.layers for v in L.linears()), default=0))
 
     @property
     def cpu_fast(self) -> bool:
@@ -290,8 +295,9 @@ class Transformer:
         one RoPE over q and k together, residual adds folded into addmm, no key copies for GQA.
         """
         if self.fused is not None:
-            return self.fused.forward(tokens, positions, mask, cache, slots, last_only, layout,
-                                      exit_layer)
+            with pass_launches(self.pdl):
+                return self.fused.forward(tokens, positions, mask, cache, slots, last_only,
+                                          layout, exit_layer)
         if getattr(self.layers[0].gate_up, "swiglu_block", None):
             raise RuntimeError("this model's gate|up rows are interleaved for the fused forward")
         G = self.cfg.n_heads // self.cfg.n_kv_heads
