@@ -15,8 +15,8 @@
 #                                     # the one-row pass's kernels with PDL 0 and 2
 #   bash bench/pdl_session.sh big     # the 8B-like Q4_K_M made here: llama-bench tg128 d1000
 #                                     # and -p 1 / 16 against our decode and passes, PDL 0 / 2
-#   bash bench/pdl_session.sh gate    # PDL off / the default / every launch, 8B-like and bundled
-#                                     # shape, then the default's exactness (random Q4_1 weights)
+#   bash bench/pdl_session.sh gate    # PDL off / on for every model / its late trigger, 8B-like
+#                                     # and bundled shape, then the late trigger's exactness
 #   bash bench/pdl_session.sh tree    # bundled: llama.cpp's n-gram speculation and ours on the
 #                                     # same prompts (llamacpp_spec.py, tree_vs_llamacpp.py)
 set -u
@@ -105,9 +105,10 @@ big)
   step "kernels, 8B one row, pdl 2"
   timeout 200 python3 bench/gpu_speed.py kernels --model $M8 --out "$OUT/k8b" --top 12 2>&1 | grep -v Warn | tail -16 ;;
 gate)       # which launches gain: the 8B-like pass and the bundled shape's decode (random
-            # weights) with PDL off, the default (matmuls of weights up to 8 MB with PDL) and
-            # every launch with PDL; both models made on the card; then exactness (bfloat16)
-            # of the default on the bundled shape
+            # weights) with PDL off, PDL for every model (SPECSCOPE_PDL_MAXW=0; by default only
+            # for models of layer matrices up to 8 MB: engine.kernels.pass_launch), and that with
+            # the matmuls' late trigger (pdl_late); both models made on the card; then exactness
+            # (bfloat16) of the late trigger on the bundled shape
   MR=/tmp/m/smollm2-135m.Q4_1.gguf
   [ -f $MR ] || timeout 60 python3 bench/make_model.py --shape smollm2-135m --recipe Q4_1 --out $MR \
     --tokenizer-from .device_tok/tokenizer.gguf 2>&1 | tail -1
@@ -116,13 +117,13 @@ gate)       # which launches gain: the 8B-like pass and the bundled shape's deco
   v() { env $2 timeout 100 python3 bench/speed_steps.py $M8 quick 2>&1 | grep -v Warn | tail -1 | sed "s/^/8b $1 /"; }
   b() { env $2 timeout 100 python3 bench/gpu_speed.py decode --model $MR --out $OUT/b_$1_$SECONDS 2>&1 \
     | grep "^decode" | sed "s/^.*at depth/s135 $1: at depth/"; }
-  for g in "p0 SPECSCOPE_PDL=0" "default SPECSCOPE_X=0" "all SPECSCOPE_PDL=2 SPECSCOPE_PDL_MAXW=0" \
-           "p0 SPECSCOPE_PDL=0" "default SPECSCOPE_X=0"; do
+  for g in "p0 SPECSCOPE_PDL=0" "all SPECSCOPE_PDL_MAXW=0" "late SPECSCOPE_PDL_MAXW=0 SPECSCOPE_PDL_LATE=1" \
+           "p0 SPECSCOPE_PDL=0" "late SPECSCOPE_PDL_MAXW=0 SPECSCOPE_PDL_LATE=1" "all SPECSCOPE_PDL_MAXW=0"; do
     set -- $g; t=$1; shift; v $t "$*"; b $t "$*"
   done
-  step "exactness, the default, bfloat16"
-  timeout 150 python3 bench/gpu_exact_all.py --device cuda --model $MR --dtypes bfloat16 \
-    --json $OUT/exact_default.json 2> $OUT/exact_default.log | tee $OUT/exact_default.txt | tail -n 3 ;;
+  step "exactness, the late trigger, bfloat16"
+  SPECSCOPE_PDL_MAXW=0 SPECSCOPE_PDL_LATE=1 timeout 150 python3 bench/gpu_exact_all.py --device cuda --model $MR --dtypes bfloat16 \
+    --json $OUT/exact_late.json 2> $OUT/exact_late.log | tee $OUT/exact_late.txt | tail -n 3 ;;
 tree)
   step "llama.cpp n-gram speculation"
   timeout 300 python3 bench/llamacpp_spec.py --build /tmp/lcpp/llama.cpp/build --model $M --per-category 3 \

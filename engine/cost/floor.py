@@ -19,8 +19,9 @@ start) run untimed before the timed one: on a device that queues plain steps beh
 (engine.model.plain_queue) the first plain step after a window waits for its own pass, while
 the ones behind it overlap the host's work, and plain decoding runs at their pace (H100,
 bundled model: ~1.3 ms against ~1.09 ms). Timing the first would price plain decoding ~20%
-too high, and keep windows that do not beat it. The decoder's floor leads by one step; the
-lessons' (and the seed's) by none. Make one per request (or call `reset`). Its
+too high, and keep windows that do not beat it. The decoder's floor leads by one step where
+its runtime queues plain steps (graphs: a GPU), by none elsewhere, as a bare ArFloor() (the
+seed's rule). Make one per request (or call `reset`). Its
 state in words is `reason`, made from `figures` by engine.cost.plan.floor_status.
 """
 
@@ -86,10 +87,14 @@ class ArFloor:
             return self.since_plain >= self.refresh
         return self.final or self.plain_left > 0
 
+    def untimed(self) -> bool:
+        """The plain step the floor wants now is a lead: run, not timed."""
+        return self.leading > 0 and not self.final and self.want_plain_step()
+
     def leads(self) -> bool:
         """The plain step the floor wants now is an untimed lead that the timed one follows,
         whatever its token (probing or speculating; retired, the count of steps left says)."""
-        return self.leading > 0 and self.state != RETIRED and self.want_plain_step()
+        return self.untimed() and self.state != RETIRED
 
     def record_plain(self, ms: float) -> None:
         self.ar_windows += 1

@@ -100,7 +100,12 @@ FLOOR_STOPPED = "stopped paying"
 
 
 def floor_status(f: Mapping[str, Any]) -> str:
-    """The AR floor's state in words (engine.cost.chooser.ArFloor.figures)."""
+    """The AR floor's state in words (engine.cost.chooser.ArFloor.figures; `lead`: an untimed
+    plain step that queues the timed one)."""
+    if f.get("lead"):
+        rest = {k: v for k, v in f.items() if k != "lead"}
+        ahead = "an untimed plain step ahead of the timed one (queued behind it, as plain decoding runs)"
+        return ahead if rest.get("status", FLOOR_TIMING) == FLOOR_TIMING else f"{ahead}; {floor_status(rest)}"
     st = f.get("status", FLOOR_TIMING)
     if st == FLOOR_READY:
         return f"plain step {f['ar_ms']:.3f} ms/token; probing windows"

@@ -133,11 +133,18 @@ def pdl_kwargs(t: torch.Tensor) -> dict:
     return {"PDL": True, "launch_pdl": True} if pdl_on(t) else {}
 
 
+# SPECSCOPE_PDL_LATE=1 (a bench key, not measured yet): matmuls let the kernel after them be
+# scheduled after their K loop instead of at their start (pdl_late)
+_LATE = os.environ.get("SPECSCOPE_PDL_LATE", "0") == "1"
+
+
 def matmul_pdl_kwargs(t: torch.Tensor, row_bytes: int, cap: int = 8) -> dict:
     """pdl_kwargs, and PFL: how many 128-byte lines of each weight row's range (``row_bytes``
     of the quants) a matmul program sends for before it waits: the first ``cap`` at most, a
     power of two (none with SPECSCOPE_PDL=1)."""
     kw = pdl_kwargs(t)
+    if kw and _LATE:
+        kw["PDL"] = 2
     if kw and MODE >= 2 and row_bytes > 0:
         kw["PFL"] = min(cap, triton.next_power_of_2(triton.cdiv(row_bytes, 128)))
     return kw
@@ -146,9 +153,21 @@ def matmul_pdl_kwargs(t: torch.Tensor, row_bytes: int, cap: int = 8) -> dict:
 @triton.jit
 def pdl_wait(PDL: tl.constexpr):
     """The kernel ahead has ended and its writes are visible; the kernel after may start. Call
-    it in every program before the first read of anything a launch writes and the first store."""
+    it in every program before the first read of anything a launch writes and the first store.
+    PDL 2 (a matmul with SPECSCOPE_PDL_LATE=1): the kernel after may start only once this
+    program has streamed its weights (``pdl_late``)."""
     if PDL:
         gdc_wait()
+        if PDL != 2:
+            gdc_launch_dependents()
+
+
+@triton.jit
+def pdl_late(PDL: tl.constexpr):
+    """A PDL 2 matmul's programs let the kernel after be scheduled here, after their K loop
+    (a bench key: dependents' programs held resident through a multi-wave matmul's tail may
+    slow it; the 8B-like model's pass lost 4-7% with the early trigger, BENCHMARKS.md)."""
+    if PDL == 2:
         gdc_launch_dependents()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .pdl import pdl_wait, prefetch_weights
+from .pdl import pdl_late, pdl_wait, prefetch_weights
 from .triton_fused import _tail
 from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
 from .triton_rdna import (_kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _sb_q4k_si, _tile_q4_01_rdna,
@@ -562,7 +562,7 @@ def _packed_mm_kernel(
             # Q6_K planes: ql, qh, sc, d
             acc0, acc1, acc2, acc3 = _tile_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, rn, kb,
                                                M, K, sxm, K8, K16, K256, NMB, IEEE, SB, RNE)
-
+    pdl_late(PDL)       # a matmul's late trigger (SPECSCOPE_PDL_LATE=1)
     _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU)
     if TAIL != 0:
         _tail(o_ptr, cnt_ptr, tx_ptr, th_ptr, tw_ptr, M, N, som, sop, tsx, tsh, eps, TAIL, TS, TB, RB, HB)

@@ -25,12 +25,15 @@ def window_kind(ev: WindowEvent, state_before: str) -> str:
         return "probe window" if state_before == PROBING else "speculating"
     cause = Cause(ev.cause)
     if cause is Cause.AR_FLOOR:
+        if ev.figures.get("lead"):
+            return "plain step (untimed lead)"
         return ("plain step (timing)" if ev.figures.get("status") == FLOOR_TIMING
                 else "plain step (retired)")
     return "plain step (the last token)" if cause is Cause.LAST_TOKEN else "plain step (no n-gram match)"
 
 
-FLOOR_COLORS = {"plain step (timing)": "card", "probe window": "warn", "speculating": "good",
+FLOOR_COLORS = {"plain step (untimed lead)": "reference2", "plain step (timing)": "card", "probe window": "warn",
+                "speculating": "good",
                 "plain step (retired)": "neutral", "plain step (no n-gram match)": "info",
                 "plain step (the last token)": "text"}
 
@@ -97,7 +100,8 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
                    here_text=" / ".join(fmt(r.report["tok_s"]) for _, r in runs)),
     )
     caption = (f"A low-acceptance prose prompt (Spec-Bench {pid}) with a fixed token tree (depth 8 x 3): "
-               "left, each window's ms per emitted token as the AR floor times one plain step, probes "
+               "left, each window's ms per emitted token as the AR floor times one plain step (on a GPU "
+               "behind an untimed one, so that it runs queued as plain decoding does), probes "
                "up to three windows and decides; right, tok/s with the floor, always speculating, and "
                "plain decoding.")
     return LessonResult(

@@ -183,8 +183,10 @@ class PartsFactory:
         if s.adaptive and s.draft != "none" and self.chooser is None:
             self.chooser = self._build_chooser(s, session)
         # adaptive off: the chooser (and what it learned) stays for a later switch back on
-        # the floor times plain steps as plain decoding runs them: queued behind an untimed lead
-        self.floor = (self.floor or ArFloor(lead=1)) if s.ar_floor and s.draft != "none" else None
+        # the floor times plain steps as plain decoding runs them: where the session queues plain
+        # steps (graphs), the timed one queued behind an untimed lead
+        self.floor = ((self.floor or ArFloor(lead=int(self.rt.use_graphs)))
+                      if s.ar_floor and s.draft != "none" else None)
         drafters = {} if drafter is None else {s.draft: drafter}
         if self.ngram is not None:
             drafters["tree"] = self.ngram

@@ -169,7 +169,8 @@ class ArFloorPolicy:
     def plan(self, ctx: PlanContext) -> Plan:
         # the request's last token is the inner policy's to say (it needs no floor)
         if ctx.remaining > 1 and self.floor.want_plain_step():
-            return plain_plan(self.drafter, Cause.AR_FLOOR, **self.floor.figures)
+            lead = {"lead": True} if self.floor.untimed() else {}
+            return plain_plan(self.drafter, Cause.AR_FLOOR, **self.floor.figures, **lead)
         return self.inner.plan(ctx)
 
     def plain_ahead(self) -> bool:

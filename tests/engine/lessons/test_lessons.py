@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.cost.plan import Cause
+
 from engine.lessons import NAMES
 from engine.lessons import seeds as S
 from engine.lessons.runner import run_lesson
@@ -300,10 +302,15 @@ def test_ar_floor_points_are_the_windows(lesson_result):
                    for x, y in [(float(r["x"]), float(r["y"]))])
     assert drawn == sorted((float(e.index), e.window_ms / len(e.emitted)) for e in on.events)
     first = on.events[0]
-    # the floor's plain cost is the median of its last (up to five) timed plain steps: the first
-    # pass is one, the plain steps it took afterwards the others
+    # the floor's plain cost is the median of its last (up to five) timed plain steps: the plain
+    # steps it asked for (or the request's last token, where it wanted one) but the untimed leads
+    # (the first of the run, the first after a window, where plain steps queue: graphs); not a
+    # window that found nothing to draft
     assert not first.tokens
-    plain = [e.window_ms for e in on.events if not e.tokens]
+    plain = [e.window_ms for e in on.events if not e.tokens and not e.figures.get("lead")
+             and Cause(e.cause) in (Cause.AR_FLOOR, Cause.LAST_TOKEN)]
+    leads = [i for i, e in enumerate(on.events) if e.figures.get("lead")]
+    assert plain and all(i == 0 or on.events[i - 1].tokens for i in leads)
     assert any(on.ar_ms == pytest.approx(statistics.median(plain[i:i + k]))
                for k in range(1, 6) for i in range(len(plain)))
     mark = next(r for r in rows if r["kind"] == "mark")

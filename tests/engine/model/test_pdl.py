@@ -162,3 +162,30 @@ def test_every_pdl_kernel_waits_before_its_first_global_read_or_store(pdl_mode):
         assert _first(body, r"\bbra\b|@%p\d+ bra") > wait, name
         assert _first(body, r"griddepcontrol\.launch_dependents") > wait, name
 
+
+
+def test_the_late_trigger_lets_the_next_kernel_start_after_the_weights_are_read(pdl_mode, monkeypatch):
+    """SPECSCOPE_PDL_LATE=1 (a bench key): the matmul waits first as before, and lets the
+    kernel after it be scheduled only after its K loop: in the sm_90 PTX, launch_dependents
+    after every global load and before the stores; without it, right after the wait."""
+    from engine.kernels.dot_precision import compiling_for
+    from engine.kernels.triton_kernels import packed_partials
+    x = torch.empty(1, 4096, dtype=torch.bfloat16, device="meta")
+    w = kc._meta_packed("Q4_K", 4096, 4096)
+    order = {}
+    for late in (True, False):
+        monkeypatch.setattr(pdl, "_LATE", late)
+        with compiling_for("cuda"), pdl.compiling_pdl(True):
+            (launch,) = [L for L in record(lambda: packed_partials(x, w), "cuda")
+                         if L.name.endswith("_packed_mm_kernel")]
+        assert launch.kwargs["PDL"] == (2 if late else True)
+        res = compile_launch(launch, TARGETS["sm_90"], keep_asm=True)
+        assert res.ok, res.error
+        ptx = res.asm["ptx"]
+        loads = [m.start() for m in re.finditer(r"\b(ld\.global|cp\.async)", ptx)]
+        stores = [m.start() for m in re.finditer(r"\bst\.global", ptx)]
+        trigger = ptx.index("griddepcontrol.launch_dependents")
+        assert ptx.count("griddepcontrol.launch_dependents") == 1
+        assert ptx.index("griddepcontrol.wait") < min(loads)
+        order[late] = (max(loads) < trigger < min(stores), trigger < min(loads))
+    assert order[True] == (True, False) and order[False] == (False, True)
