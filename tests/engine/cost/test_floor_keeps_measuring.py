@@ -125,3 +125,15 @@ def test_a_leading_floor_times_plain_decoding_at_its_queued_pace():
     assert first.state == "speculating"                  # the control: 11.5 ms/token "pays"
     with pytest.raises(ParameterError):
         ArFloor(lead=-1)
+
+
+def test_the_lead_step_says_what_it_is():
+    """The window of a lead step explains itself: untimed, ahead of the timed one, and what the
+    floor's state is when that is not the first timing."""
+    from engine.cost.plan import FLOOR_TIMING
+    first = floor_status({"status": FLOOR_TIMING, "lead": True})
+    assert first.startswith("an untimed plain step ahead of the timed one") and "timing one" not in first
+    retired = floor_status({"status": FLOOR_NO_GAIN, "probes": 3, "best": 12.0, "ar_ms": 10.0, "next": 16,
+                            "lead": True})
+    assert retired.startswith("an untimed plain step") and "not below plain 10.000" in retired
+    assert floor_status({"status": FLOOR_TIMING}) == "timing one plain step"
