@@ -74,7 +74,8 @@ MODEL_TESTS: dict[str, tuple[str, ...]] = {
     "tests/engine/model/test_pdl.py": (
         "test_the_matmul_sends_for_weights_before_it_waits_and_reads_nothing_before",
         "test_the_kernels_ordinary_launch_is_unchanged_by_the_pdl_code",
-        "test_every_pdl_kernel_waits_before_its_first_global_read_or_store"),
+        "test_every_pdl_kernel_waits_before_its_first_global_read_or_store",
+        "test_the_late_trigger_lets_the_next_kernel_start_after_the_weights_are_read"),
     "tests/engine/model/test_fused_layer.py": ("test_fused_layer_in_the_triton_interpreter",),
     "tests/engine/model/test_topk.py": ("test_topk_in_the_triton_interpreter",),
     "tests/engine/weights/test_triton_interpret.py": ("test_kernels_in_the_triton_interpreter",),
