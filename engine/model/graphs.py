@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 import torch
 
 from engine.kernels.pass_launch import pass_launches
-
 from engine.kernels.window_layout import WindowLayout, ancestor_table
 from engine.model.cache import KVCache
 

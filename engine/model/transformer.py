@@ -161,8 +161,7 @@ class Transformer:
         self.fused = fused_forward_for(self)
         # whether its passes launch with programmatic dependent launch (CUDA, compute
         # capability 9+; engine.kernels.pass_launch: a model of small layer matrices gains)
-        self.pdl = wants_pdl(max((sum(t.numel() * t.element_size() for t in v.tensors())
-                                  for L in self.layers for v in L.linears()), default=0))
+        self.pdl = wants_pdl(max((v.nbytes for L in self.layers for v in L.linears()), default=0))
 
     @property
     def cpu_fast(self) -> bool:

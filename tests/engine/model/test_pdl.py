@@ -49,8 +49,7 @@ def test_only_a_model_of_small_layer_matrices_launches_its_pass_with_pdl(pdl_mod
     from engine.kernels.pass_launch import MAX_LAYER_BYTES, pass_launches, wants_pdl
     from engine.kernels.triton_kernels import packed_partials
     model = cpu_packed_runtime.model
-    largest = max(sum(t.numel() * t.element_size() for t in v.tensors())
-                  for L in model.layers for v in L.linears())
+    largest = max(v.nbytes for L in model.layers for v in L.linears())
     assert largest < 2 << 20 and model.pdl                            # 1.1 MB
     assert wants_pdl(MAX_LAYER_BYTES) and not wants_pdl(9437184)     # the 8B-like o, 4096x4096 Q4_K
     x = torch.empty(1, 4096, dtype=torch.bfloat16, device="meta")
