@@ -175,6 +175,10 @@ _XP_DEFAULT = {"0": 0, "1": 1}.get(os.environ.get("SPECSCOPE_XP", ""))   # None:
 _XP_MIN_WEIGHTS = 32 << 20
 # DW (Q4_K / Q5_K): d / dmin read as aligned words (triton_tiles._kscales); SPECSCOPE_DW=1 / 0
 _DW_DEFAULT = 1 if os.environ.get("SPECSCOPE_DW", "0") == "1" else 0
+# SF (Q4_K, CUDA): triton_sf; SPECSCOPE_SF=1 / 0
+_SF_DEFAULT = 1 if os.environ.get("SPECSCOPE_SF", "0") == "1" else 0
+# CUDA Q4_K's split rule (_q4k_splits); SPECSCOPE_Q4K_SPLITS=0 keeps the wave rule alone (for the A/B)
+_Q4K_SPLITS = os.environ.get("SPECSCOPE_Q4K_SPLITS", "1") != "0"
 
 
 def _xp_default(qtype: str, n: int, k: int) -> int:
@@ -204,6 +208,8 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple, backend: str)
         n_blocks = triton.cdiv(n, cfg["BN"])
     if "splits" not in cfg:
         cfg["splits"] = _auto_splits(n_blocks, n_tiles, sms)
+        if qtype == "Q4_K" and backend == "cuda" and _Q4K_SPLITS:
+            cfg["splits"] = max(cfg["splits"], _q4k_splits(n_blocks, n_tiles, sms))
     if n_tiles % cfg["splits"]:
         raise ValueError(f"splits={cfg['splits']} does not divide {n_tiles} tiles")
     cfg.update(SB=sb, n_tiles=n_tiles, tiles_per_split=n_tiles // cfg["splits"])
@@ -240,6 +246,9 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple, backend: str)
     cfg.setdefault("SI", int(backend == "hip" and qtype in _SI_TYPES))
     # DW: Q4_K / Q5_K's f16 d / dmin read as aligned words (triton_tiles._kscales): the same
     # values; only where the planes hold an even count (the last word inside them)
+    # SF: Q4_K's sub-block scales folded into small-integer fp16 weights, x made fp16 once a
+    # call (triton_sf; 16-bit activations, NVIDIA's order; its own bits, row-invariant)
+    cfg.setdefault("SF", _SF_DEFAULT if qtype == "Q4_K" and backend == "cuda" else 0)
     cfg.setdefault("DW", _DW_DEFAULT)
     if qtype not in ("Q4_K", "Q5_K") or (n * (k // 256)) % 2:
         cfg["DW"] = 0
@@ -287,6 +296,19 @@ def _auto_splits(n_blocks: int, n_tiles: int, sms: int) -> int:
                     _wave_eff(n_blocks * s, sms) > _wave_eff(n_blocks * splits, sms) + 0.02:
                 splits = s
     return splits
+
+
+def _q4k_splits(n_blocks: int, n_tiles: int, sms: int) -> int:
+    """CUDA's Q4_K: the fewest splits (up to 4, dividing the tile count) that give at least 1.5
+    programs an SM. A one-row launch of few row blocks is latency-bound at one program an SM;
+    measured on the H100 (bench/sf_ab.py --variants, BENCHMARKS.md "SF"): 4 splits against
+    the wave rule's 1-2 made o 4096x4096 1.10x, q|k|v 6144x4096 1.06x, down 4096x12288 1.09x
+    at one row (1.03-1.09x at 16, 1.06-1.25x at 32); 8 splits, or splits of gate|up
+    24576x4096 (384 blocks), slower. A function of the shape: rows stay bit-identical."""
+    for s in range(1, 5):
+        if n_tiles % s == 0 and n_blocks * s * 2 >= 3 * sms:
+            return s
+    return max(s for s in range(1, 5) if n_tiles % s == 0)
 
 
 def _i8_defaults(cfg: dict) -> None:
@@ -415,8 +437,14 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
     ieee = ieee_code(x2.dtype)
     rdna = (bool(cfg.get("RDNA")) and (qtype in _RDNA_TYPES or (qtype in _SI_TYPES and bool(cfg.get("SI"))))
             and not ieee and (k % 256 == 0 or qtype != "Q4_K"))
-    xp = bool(cfg.get("XP")) and qtype in _X1_TYPES and k % 256 == 0
     si = rdna and bool(cfg.get("SI")) and qtype in _SI_TYPES
+    sf = bool(cfg.get("SF")) and qtype == "Q4_K" and not ieee and not rdna and k % 256 == 0
+    xp = bool(cfg.get("XP")) and qtype in _X1_TYPES and k % 256 == 0 and not sf
+    aux = None
+    if sf:
+        # x' (fp16, the dots' K order) and its sums, once for every row (triton_sf)
+        from engine.kernels.triton_sf import sf_prepare
+        x2, aux = sf_prepare(x2, cfg["JS"])
     if xp:
         shape, perm = _xperm_order(x2.shape[0], k, cfg["JS"], rdna, si)
         x2 = x2.reshape(shape).permute(perm).reshape(x2.shape[0], k)      # a contiguous copy
@@ -433,10 +461,11 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
         stages = _stages(cfg, m, gpu_backend() == "hip", ieee)
         targs, tkw = _tail_args(tail, dst, m)
         pdl = matmul_pdl_kwargs(xc, k // cfg["splits"] * _P0_BYTES.get(qtype, 128) // 256)
+        pl = planes if aux is None else [*planes[:5], aux[r0:r0 + MAX_ROWS]]
         while True:
             try:
                 _packed_mm_kernel[grid](
-                    xc, dst[r0 * som:], *planes, m, n, k, xc.stride(0), som, sop,
+                    xc, dst[r0 * som:], *pl, m, n, k, xc.stride(0), som, sop,
                     k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (specialized)
                     *targs, **tkw, **pdl,
                     TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=nmb,
@@ -449,6 +478,7 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                        else {}),
                     **({"RDNA": 2 if si else True} if rdna else {}),
                     **({"XP": True} if xp else {}),
+                    **({"SF": True} if sf else {}),
                     **({"DW": True} if cfg.get("DW") else {}),
                     # a register cap (CUDA; benchmarks: more programs an SM, spills)
                     **({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") and gpu_backend() == "cuda"

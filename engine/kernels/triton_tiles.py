@@ -13,6 +13,7 @@ import triton.language as tl
 
 from .pdl import pdl_late, pdl_wait, prefetch_weights
 from .triton_fused import _tail
+from .triton_sf import _sb_q4k_sf
 from .triton_dequant import _TWO23, _affine, _dot_nibbles, _dot_words, _magic, _opaque
 from .triton_rdna import (_kv, _rdna_dot, _rdna_words, _rows16, _sb_q4k_rdna, _sb_q4k_si, _tile_q4_01_rdna,
                           _tile_q4_01_si, _tile_q6k8_si)
@@ -326,15 +327,21 @@ def _kscales(pd, rn, kb, K256, SB: tl.constexpr, DW: tl.constexpr = False):
 def _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, pq, ph, pd, pdm, psc, pmn, rn, kb, M, K, sxm, K8, K32, K256,
                Q5: tl.constexpr, NMB: tl.constexpr, IEEE: tl.constexpr, JS: tl.constexpr, SB: tl.constexpr,
                X1: tl.constexpr = False, XP: tl.constexpr = False, RNE: tl.constexpr = False,
-               DW: tl.constexpr = False, RDNA: tl.constexpr = False):
+               DW: tl.constexpr = False, RDNA: tl.constexpr = False, SF: tl.constexpr = False):
     """Q4_K / Q5_K, SB superblocks from kb (``_sb_q45k`` each, ``ph`` unused for Q4_K; DW:
     ``_kscales``; RDNA: Q4_K in RDNA's WMMA order, ``triton_rdna``; RDNA 2: that order's small
-    integers, ``triton_rdna._sb_q4k_si``)."""
+    integers, ``triton_rdna._sb_q4k_si``; SF: Q4_K's scales folded into small integers,
+    ``triton_sf._sb_q4k_sf``, x_ptr its fp16 x' and ph its aux words)."""
     d0, d1 = _kscales(pd, rn, kb, K256, SB, DW)
     m0, m1 = _kscales(pdm, rn, kb, K256, SB, DW)
     for j in tl.static_range(SB):
         sc_lo, sc_hi, mn_lo, mn_hi = _k_subscales(psc, pmn, rn, kb + 256 * j, K32)
-        if RDNA == 2:
+        if SF:
+            acc0, acc1, acc2, acc3 = _sb_q4k_sf(acc0, acc1, acc2, acc3, x_ptr, pq, ph, K8,
+                                                (kb + 256 * j) // 8, d1 if j else d0, m1 if j else m0,
+                                                sc_lo, sc_hi, mn_lo, mn_hi, rn, kb + 256 * j, M, K256,
+                                                sxm, NMB, JS)
+        elif RDNA == 2:
             acc0, acc1, acc2, acc3 = _sb_q4k_si(acc0, acc1, acc2, acc3, x_ptr, pq, psc, pmn, K8,
                                                 (kb + 256 * j) // 8, d1 if j else d0, m1 if j else m0,
                                                 rn, kb + 256 * j, M, K, sxm, K32, NMB, XP)
@@ -515,7 +522,7 @@ def _packed_mm_kernel(
     SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1, X1: tl.constexpr = False,
     XP: tl.constexpr = False, RNE: tl.constexpr = False, DW: tl.constexpr = False, RDNA: tl.constexpr = False,
     TAIL: tl.constexpr = 0, TS: tl.constexpr = 1, TB: tl.constexpr = 16, RB: tl.constexpr = 1, HB: tl.constexpr = 1,
-    PDL: tl.constexpr = False, PFL: tl.constexpr = 0,
+    PDL: tl.constexpr = False, PFL: tl.constexpr = 0, SF: tl.constexpr = False,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
@@ -544,9 +551,10 @@ def _packed_mm_kernel(
         elif QT == 2:
             acc0, acc1, acc2, acc3 = _tile_q4_01(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, rn, kb,
                                                  M, K, sxm, K8, K32, True, NMB, EVEN_K, IEEE, RNE, RDNA)
-        elif QT == 3:       # Q4_K planes: qs, d, dmin, sc, mn
-            acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p0, p1, p2, p3, p4, rn, kb,
-                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP, RNE, DW, RDNA)
+        elif QT == 3:       # Q4_K planes: qs, d, dmin, sc, mn (SF: p5 the aux words of x')
+            acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p5, p1, p2, p3, p4, rn, kb,
+                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP, RNE, DW, RDNA,
+                                                SF)
         elif QT == 4:       # Q5_K planes: qs, qh, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, p4, p5, rn, kb,
                                                 M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB, X1, XP, RNE, DW)

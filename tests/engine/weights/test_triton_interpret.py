@@ -335,6 +335,53 @@ def test_rdna_small_integers_match_reference_and_are_row_invariant(tk):
 
 
 @child_only
+def test_sf_folded_scales_match_reference_and_are_row_invariant(tk):
+    """SF (engine.kernels.triton_sf, opt-in: SPECSCOPE_SF=1): Q4_K's sub-block scale folded into
+    fp16 small integers, 0x6400 + sc q = 1024 + sc q for every sc q a Q4_K weight can hold, two
+    a word with no carry between the halves; x made fp16 per row and superblock by an exact
+    power of two (its values in the dots' order, its sums). Against gguf's float32
+    dequantization no less accurate than the dequantizing tile, bit-identical across row counts
+    (1, 17, 64, a row alone), split or not, two superblocks a step, half-superblock dots; a row
+    beyond fp16's range stays finite and right, one holding inf gives a non-finite output (no
+    silent value); a control: the dequantizing tile gives other bits."""
+    from engine.kernels.triton_sf import sf_prepare
+    v = torch.arange(946, dtype=torch.int32)                 # sc q <= 63 x 15
+    assert torch.equal((v + 0x6400).to(torch.int16).view(torch.float16).float(), 1024.0 + v.float())
+    q0, q1, sc = torch.meshgrid(torch.arange(16), torch.arange(16), torch.arange(64), indexing="ij")
+    word = ((q0 | (q1 << 16)) * sc + 0x64006400).to(torch.int64)
+    assert torch.equal(word & 0xFFFF, 0x6400 + q0 * sc) and torch.equal(word >> 16, 0x6400 + q1 * sc)
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(3, 512, generator=g).to(torch.bfloat16)
+    x[1, :256] *= 1e6                                        # past fp16's 65504
+    xh, aux = sf_prepare(x, 8)
+    xi = aux.view(torch.float32)[..., 9]
+    assert torch.equal(torch.log2(xi), torch.log2(xi).round()) and xh.isfinite().all()
+    p = torch.arange(256)
+    val = 64 * ((p // 2) % 4) + 32 * ((p // 128) % 2) + 4 * ((p // 16) % 8) + 2 * (p % 2) + (p // 8) % 2
+    assert torch.equal(xh.float().view(3, 2, 256) * xi[..., None], x.float().view(3, 2, 256)[..., val])
+    sums = aux[..., :8].contiguous().view(torch.float16).float().view(3, 2, 8, 2).sum(-1) * 32 * xi[..., None]
+    assert torch.allclose(sums, x.float().view(3, 2, 8, 32).sum(-1), rtol=1e-5, atol=1e-3)
+    for n, k, over in ((96, 512, {"splits": 2}), (64, 512, {"SB": 2})):
+        w, ref = _weight("Q4_K", n, k, seed=n + k + 5)
+        xh = torch.randn(64, k, generator=g).half()
+        y = {m: tk.packed_matmul(xh[:m], w, SF=1, **over) for m in (64, 17, 1)}
+        deq = tk.packed_matmul(xh, w, SF=0, XP=0, **over)
+        want = xh.float() @ ref.T
+        assert _rel_err(y[64], want) < 5e-3 and _rel_err(y[64], want) <= 1.25 * _rel_err(deq, want)
+        assert torch.equal(y[17], y[64][:17]) and torch.equal(y[1], y[64][:1]), (n, k, over)
+        assert torch.equal(tk.packed_matmul(xh[40:41], w, SF=1, **over), y[64][40:41]), (n, k, over)
+        assert torch.equal(tk.packed_partials(xh[:17], w, SF=1, **over), tk.packed_partials(xh, w, SF=1, **over)[:, :17])
+        assert not torch.equal(deq, y[64])
+    w, ref = _weight("Q4_K", 64, 512, seed=23)
+    xb = torch.randn(2, 512, generator=g).to(torch.bfloat16)
+    xb[0] *= 1e6
+    xb[1, 7] = float("inf")
+    y = tk.packed_matmul(xb, w, SF=1)
+    assert y[0].isfinite().all() and _rel_err(y[0:1], xb[0:1].float() @ ref.T) < 8e-3
+    assert not y[1].isfinite().all()
+
+
+@child_only
 def test_config_does_not_depend_on_rows(tk):
     """The launch configuration is a function of the weight shape only (row invariance)."""
     import inspect
