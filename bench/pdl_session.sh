@@ -124,6 +124,19 @@ gate)       # which launches gain: the 8B-like pass and the bundled shape's deco
   step "exactness, the late trigger, bfloat16"
   SPECSCOPE_PDL_MAXW=0 SPECSCOPE_PDL_LATE=1 timeout 150 python3 bench/gpu_exact_all.py --device cuda --model $MR --dtypes bfloat16 \
     --json $OUT/exact_late.json 2> $OUT/exact_late.log | tee $OUT/exact_late.txt | tail -n 3 ;;
+gate8)      # 'gate' on the 8B-like model alone (little device time): passes and decode with PDL
+            # off, its late trigger and PDL everywhere, then the late trigger's chains of rows
+  [ -f $M8 ] || timeout 120 python3 bench/make_model.py --shape qwen3-8b --recipe Q4_K_M --out $M8 \
+    --tokenizer-from .device_tok/tokenizer.gguf 2>&1 | tail -1
+  v() { env $2 timeout 100 python3 bench/speed_steps.py $M8 quick 2>&1 | grep -v Warn | tail -1 | sed "s/^/8b $1 /"; }
+  d() { env $2 timeout 100 python3 bench/gpu_speed.py decode --model $M8 --out $OUT/d_$1_$SECONDS 2>&1 \
+    | grep "^decode" | sed "s/^.*at depth/8b $1: at depth/"; }
+  for g in "p0 SPECSCOPE_PDL=0" "late SPECSCOPE_PDL_MAXW=0 SPECSCOPE_PDL_LATE=1" "all SPECSCOPE_PDL_MAXW=0" \
+           "late SPECSCOPE_PDL_MAXW=0 SPECSCOPE_PDL_LATE=1" "p0 SPECSCOPE_PDL=0"; do
+    set -- $g; t=$1; shift; d $t "$*"; [ $t = all ] || v $t "$*"
+  done
+  step "the late trigger's chains of rows against one-row passes"
+  SPECSCOPE_PDL_MAXW=0 SPECSCOPE_PDL_LATE=1 timeout 100 python3 bench/speed_steps.py $M8 exact 2>&1 | grep "^exact" ;;
 tree)
   step "llama.cpp n-gram speculation"
   timeout 300 python3 bench/llamacpp_spec.py --build /tmp/lcpp/llama.cpp/build --model $M --per-category 3 \
