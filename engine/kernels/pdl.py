@@ -133,8 +133,10 @@ def pdl_kwargs(t: torch.Tensor) -> dict:
     return {"PDL": True, "launch_pdl": True} if pdl_on(t) else {}
 
 
-# SPECSCOPE_PDL_LATE=1 (a bench key, not measured yet): matmuls let the kernel after them be
-# scheduled after their K loop instead of at their start (pdl_late)
+# SPECSCOPE_PDL_LATE=1 (a bench key): matmuls let the kernel after them be scheduled after their
+# K loop instead of at their start (pdl_late). Measured on the H100 (BENCHMARKS.md, "The packed
+# matmul, fifth round"): the 8B-like decode 209 tok/s with it, 210 with PDL's early trigger and
+# 221 with PDL off, so not what costs that model its ~5%; off
 _LATE = os.environ.get("SPECSCOPE_PDL_LATE", "0") == "1"
 
 

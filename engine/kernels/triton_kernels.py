@@ -344,7 +344,10 @@ def kernel_config(qtype: str, n: int, k: int, sms: int, **override) -> dict:
     small integers, default on ROCm for Q4_K, Q4_0, Q4_1, Q6_K8: their own bits; DW, Q4_K /
     Q5_K's scales read as words, default SPECSCOPE_DW: the same bits; MAXNREG, a register cap (CUDA); X1, the
     one-row x load of Q4_K / Q4_KN / Q5_K, default SPECSCOPE_X1, and XP, x permuted to the
-    dots' K order, default SPECSCOPE_XP: loads only, the same bits) is for benchmarks."""
+    dots' K order, default SPECSCOPE_XP: loads only, the same bits; SF, Q4_K's scales folded
+    into fp16 small integers (triton_sf), default SPECSCOPE_SF (off): its own bits) is for
+    benchmarks. CUDA's Q4_K split count follows _q4k_splits (SPECSCOPE_Q4K_SPLITS=0: the wave
+    rule alone)."""
     return dict(_config(qtype, n, k, sms, tuple(sorted(override.items())), gpu_backend()))
 
 
