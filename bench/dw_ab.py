@@ -54,6 +54,29 @@ def _warm(job):
     return n, k, override, err, time.time() - t0
 
 
+def time_variants(variants: dict, ws: list, x, rows: list) -> tuple[dict, dict]:
+    """(µs lists, their means) [variant][rows] of packed_matmul over the weight copies ws,
+    graph-replayed, the variants interleaved (A B C .., then .. C B A)."""
+    from bench_packed_matmul import graph_time_us
+    from engine.kernels import triton_kernels as tk
+    us = {v: {m: [] for m in rows} for v in variants}
+    order = list(variants)
+    for rnd in range(2):
+        for m in rows:
+            for v in (order if rnd == 0 else order[::-1]):
+                fns = [lambda w=w, xm=x[:m], o=variants[v]: tk.packed_matmul(xm, w, **o) for w in ws]
+                us[v][m].append(graph_time_us(fns) / len(ws))
+    return us, {v: {m: statistics.mean(t) for m, t in d.items()} for v, d in us.items()}
+
+
+def print_rows(mean: dict, rows: list, nbytes: int) -> None:
+    """One line a row count: each variant's µs, its speed-up on "base" and its GB/s."""
+    for m in rows:
+        base = mean["base"][m]
+        print(f"  M{m:<3}" + "  ".join(f"{v} {d[m]:7.2f}us ({base / d[m]:4.2f}x, {nbytes / d[m] / 1e3:6.0f} GB/s)"
+                                       for v, d in mean.items()), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default="")
@@ -62,7 +85,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from bench_packed_matmul import graph_time_us, make_weight
+    from bench_packed_matmul import make_weight
     from engine.kernels import triton_kernels as tk
     rows = [int(r) for r in args.rows.split(",")]
     dev = torch.cuda.get_device_properties(0)
@@ -87,21 +110,11 @@ def main() -> None:
                 same += ok
                 if not ok:
                     bad.append((v, m))
-        us = {v: {m: [] for m in rows} for v in VARIANTS}
-        order = list(VARIANTS)
-        for rnd in range(2):
-            for m in rows:
-                for v in (order if rnd == 0 else order[::-1]):
-                    fns = [lambda w=w, xm=x[:m], o=VARIANTS[v]: tk.packed_matmul(xm, w, **o) for w in ws]
-                    us[v][m].append(graph_time_us(fns) / copies)
-        mean = {v: {m: statistics.mean(t) for m, t in d.items()} for v, d in us.items()}
+        us, mean = time_variants(VARIANTS, ws, x, rows)
         res["shapes"][name] = {"n": n, "k": k, "bytes": nbytes, "copies": copies, "bad": bad, "us": us,
                                "mean_us": mean, "config": tk.kernel_config("Q4_K", n, k, dev.multi_processor_count)}
         print(f"{name}: identical {'all' if not bad else bad}", flush=True)
-        for m in rows:
-            base = mean["base"][m]
-            print(f"  M{m:<3}" + "  ".join(f"{v} {t:7.2f}us ({base / t:4.2f}x, {nbytes / t / 1e3:6.0f} GB/s)"
-                                          for v, t in ((v, mean[v][m]) for v in VARIANTS)), flush=True)
+        print_rows(mean, rows, nbytes)
         del ws
         torch.cuda.empty_cache()
     res["identical"] = [same, total]

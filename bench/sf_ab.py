@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,31 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-SHAPES = {"big 28672x8192": (28672, 8192), "gate|up 24576x4096": (24576, 4096),
-          "down 4096x12288": (4096, 12288), "qkv 6144x4096": (6144, 4096), "o 4096x4096": (4096, 4096)}
+from dw_ab import CHECK_ROWS, SHAPES, _warm, print_rows, time_variants  # noqa: E402  (shared)
+
 VARIANTS = {"base": {"SF": 0}, "SF": {"SF": 1}, "SF-JS4": {"SF": 1, "JS": 4},
             "SF-BN128": {"SF": 1, "BN": 128, "num_warps": 8}}
-CHECK_ROWS = (1, 2, 3, 16, 17, 33, 64)
-
-
-def _warm(job):
-    """(n, k, override, rows): compile every row-slice variant in a worker process."""
-    n, k, override, rows = job
-    import torch
-
-    from bench_packed_matmul import make_weight
-    from engine.kernels import triton_kernels as tk
-    t0, err = time.time(), None
-    w = make_weight("Q4_K", n, k, seed=0, device="cuda")
-    x = torch.randn(64, k, device="cuda", dtype=torch.bfloat16)
-    for m in rows:
-        try:
-            tk.packed_matmul(x[:m], w, **override)
-            tk.packed_partials(x[:m], w, **override)
-        except Exception as e:  # noqa: BLE001 - reported, the rest goes on
-            err = f"M={m}: {e!r}"[:300]
-    torch.cuda.synchronize()
-    return n, k, override, err, time.time() - t0
 
 
 def main() -> None:
@@ -66,7 +44,7 @@ def main() -> None:
         VARIANTS = json.loads(args.variants)
     import torch
 
-    from bench_packed_matmul import graph_time_us, make_weight
+    from bench_packed_matmul import make_weight
     from engine.kernels import triton_kernels as tk
     from engine.weights.packed import dequantize_packed
     rows = [int(r) for r in args.rows.split(",")]
@@ -100,22 +78,12 @@ def main() -> None:
                 same += ok
                 if not ok:
                     bad.append((v, m))
-        us = {v: {m: [] for m in rows} for v in VARIANTS}
-        order = list(VARIANTS)
-        for rnd in range(2):
-            for m in rows:
-                for v in (order if rnd == 0 else order[::-1]):
-                    fns = [lambda w=w, xm=x[:m], o=VARIANTS[v]: tk.packed_matmul(xm, w, **o) for w in ws]
-                    us[v][m].append(graph_time_us(fns) / copies)
-        mean = {v: {m: statistics.mean(t) for m, t in d.items()} for v, d in us.items()}
+        us, mean = time_variants(VARIANTS, ws, x, rows)
         res["shapes"][name] = {"n": n, "k": k, "bytes": nbytes, "copies": copies, "bad": bad, "us": us,
                                "mean_us": mean, "max_rel_err": err}
         print(f"{name}: row-invariant {'all' if not bad else bad}; max error / max |y|: "
               + ", ".join(f"{v} {e:.2e}" for v, e in err.items()), flush=True)
-        for m in rows:
-            base = mean["base"][m]
-            print(f"  M{m:<3}" + "  ".join(f"{v} {t:7.2f}us ({base / t:4.2f}x, {nbytes / t / 1e3:5.0f} GB/s)"
-                                          for v, t in ((v, mean[v][m]) for v in VARIANTS)), flush=True)
+        print_rows(mean, rows, nbytes)
         del ws
         torch.cuda.empty_cache()
     res["identical"] = [same, total]
