@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,29 @@ import pytest
 # tests/tiny_models.py is imported as a top-level module (`from tiny_models import ...`) by tests in
 # any folder; pytest runs with --import-mode=importlib, which puts no test folder on sys.path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def built_once(tmp_path_factory, key: str, build):
+    """build() once per run, not once per worker. Under pytest-xdist (`make test`: two workers)
+    the first worker that needs it builds it and leaves it pickled in the run's shared temp
+    folder; another worker loads that (the same object, bit for bit) instead of building it
+    again, and waits for it while it is being built. One process: build() alone."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build()
+    import pickle
+
+    from filelock import FileLock
+    path = tmp_path_factory.getbasetemp().parent / f"built-once-{key}.pickle"
+    with FileLock(f"{path}.lock"):
+        if path.exists():
+            with path.open("rb") as f:
+                return pickle.load(f)
+        obj = build()
+        part = path.with_name(path.name + ".part")
+        with part.open("wb") as f:
+            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        part.replace(path)
+        return obj
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -45,15 +69,27 @@ def cpu_runtime(loaded_model):
 
 
 @pytest.fixture(scope="session")
-def hf_model():
-    """transformers' own load of the bundled GGUF (float32): the outside reference. ~30 s."""
+def packed_runtime(loaded_model):
+    """Q4_1 kept packed on the exact CPU kernels: float32 throughout, comparable with the float32
+    path to 1e-3 (test_packed_model.py; its greedy check rides on test_parity.py's decodes)."""
+    from engine.model.runtime import Runtime
+    return Runtime(loaded_model, "cpu", "float32", weights="packed", cpu_kernels="exact")
+
+
+@pytest.fixture(scope="session")
+def hf_model(tmp_path_factory):
+    """transformers' own load of the bundled GGUF (float32): the outside reference. ~13-30 s,
+    once per run (built_once: the other worker unpickles it in about a second)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from engine.io.load import default_model_path
-    path = default_model_path()
-    return AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+    def load():
+        path = default_model_path()
+        return AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    return built_once(tmp_path_factory, "hf_model", load)
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +101,8 @@ def code_edit_prompts():
 @pytest.fixture(scope="session")
 def lesson_result(cpu_runtime, tmp_path_factory):
     """lesson_result(name) -> (LessonResult, folder with NAME.csv and NAME.md): each lesson run
-    once per session on the bundled model under the quick (test) budget."""
+    once per run (built_once: the other worker loads it) on the bundled model under the quick
+    (test) budget."""
     from engine.lessons.runner import run_lesson, save_lesson
     from engine.lessons.runs import Budget
     out = tmp_path_factory.mktemp("lessons")
@@ -73,7 +110,8 @@ def lesson_result(cpu_runtime, tmp_path_factory):
 
     def get(name: str):
         if name not in done:
-            result = run_lesson(name, cpu_runtime, Budget.quick_budget())
+            result = built_once(tmp_path_factory, f"lesson-{name}",
+                                lambda: run_lesson(name, cpu_runtime, Budget.quick_budget()))
             save_lesson(result, out)
             done[name] = (result, out)
         return done[name]

@@ -351,9 +351,12 @@ def _racy_staging():
 def test_history_check_fails_when_a_back_to_back_prefill_drops_a_chunk(cpu_runtime, monkeypatch,
                                                                        capsys):
     """What the race did on the GPU, done on purpose: a prefill given more than one chunk at
-    once leaves its second chunk's slots as they were."""
+    once leaves its second chunk's slots as they were. Three chunks, the fewest the check runs
+    on (the doctor's own 2,000 tokens pass in the whole-doctor runs above)."""
+    import specscope.doctor
     from engine.model.runtime import PREFILL_CHUNK, Session
     from specscope.doctor import _history_line
+    monkeypatch.setattr(specscope.doctor, "HISTORY_TOKENS", 3 * PREFILL_CHUNK)
     real = Session.prefill
 
     def dropping(self, ids):
@@ -367,6 +370,7 @@ def test_history_check_fails_when_a_back_to_back_prefill_drops_a_chunk(cpu_runti
     _history_line(r, cpu_runtime)
     out = capsys.readouterr().out
     assert out.startswith("FAIL  same prompt, same keys") and r.finish() == 1, out
+    assert f"a {3 * PREFILL_CHUNK:,}-token prefill" in out
 
 
 @cuda_only

@@ -99,14 +99,19 @@ def test_fast_logits_near_float32(fast_runtime, cpu_runtime, code_edit_prompts):
 
 
 def test_window_rows_equal_one_row_passes_bitwise(fast_runtime, code_edit_prompts):
+    """Windows of 2..33 rows, each verified on one prefilled session with the slots past the
+    prompt zeroed first (as a fresh session's: nothing a window reads comes from the window
+    before), against one-row passes on a session of their own."""
     rt = fast_runtime
     for p in code_edit_prompts[:2]:
         ids = encode_prompt(rt.tokenizer, p["messages"])
         prompt, toks = ids[:-33], ids[-33:]
         ref = one_row_logits(rt, prompt, toks)
+        ses = rt.session(len(ids) + 8)
+        ses.prefill(prompt)
         for r in (2, 3, 5, 9, 17, 33):
-            ses = rt.session(len(ids) + 8)
-            ses.prefill(prompt)
+            assert ses.length == len(prompt)
+            ses.cache.kv[:, :, :, len(prompt):].zero_()
             got = ses.verify(toks[:r], *chain(r)).logits
             assert torch.equal(got, ref[:r]), (p["id"], r, (got - ref[:r]).abs().max().item())
             # a greedy pass: the head's screen gives the top 5 alone, those of the logits exactly
@@ -114,6 +119,7 @@ def test_window_rows_equal_one_row_passes_bitwise(fast_runtime, code_edit_prompt
             want_v, want_i = torch.sort(ref[:r], dim=1, descending=True, stable=True)
             assert top.logits is None
             assert torch.equal(top.top_ids, want_i[:, :5]) and torch.equal(top.top_values, want_v[:, :5])
+        ses.close()
 
 
 def test_lookup_reproduces_ar_on_the_fast_path(fast_runtime, code_edit_prompts):
@@ -141,6 +147,8 @@ def test_tree_rows_on_side_branches_equal_one_row_passes_bitwise(fast_runtime, c
     ids = encode_prompt(rt.tokenizer, code_edit_prompts[0]["messages"])
     prompt, toks = ids[:-12], ids[-12:]
     ref = one_row_logits(rt, prompt, toks)
+    ses = rt.session(len(ids) + 80)        # one prefill; the slots past it zeroed for each tree
+    ses.prefill(prompt)
     for n_decoy, at in ((1, 0), (5, 3), (14, 0)):
         tokens, parents = list(toks), [-1] + list(range(11))        # the real chain first
         p = at
@@ -151,8 +159,8 @@ def test_tree_rows_on_side_branches_equal_one_row_passes_bitwise(fast_runtime, c
         base = len(tokens)                                             # the real chain again
         tokens += toks[1:]
         parents += [0] + list(range(base, base + 10))
-        ses = rt.session(len(ids) + 80)
-        ses.prefill(prompt)
+        assert ses.length == len(prompt)
+        ses.cache.kv[:, :, :, len(prompt):].zero_()
         got = ses.verify(tokens, *_tree(parents)).logits
         assert torch.equal(got[:12], ref), (n_decoy, at, "first branch")
         late = [0] + list(range(base, base + 11))

@@ -49,8 +49,14 @@ def test_side_branch_rows_equal_one_row_passes_bitwise(dense_runtime, code_edit_
     assert not torch.equal(got[1:6], ref[1:6])
 
 
+# bfloat16 only: float32 with dequantized weights is the session's cpu_runtime, whose drafts
+# equal plain decoding in tests/engine/speculation/test_lossless.py (lookup and tree d8 w3, 64
+# tokens, with and without penalties) and test_history.py (also adaptive windows and the CPU's
+# user default); its rows' exactness: the test above
+@pytest.mark.parametrize("dense_runtime", ["bfloat16"], indirect=True)
 def test_drafts_reproduce_plain_decoding(dense_runtime, code_edit_prompts):
     rt = dense_runtime
+    assert rt.dtype_name == "bfloat16"
     ids = encode_prompt(rt.tokenizer, code_edit_prompts[2]["messages"])
     want = Decoder(rt, ids, DecodeSettings(draft="none", max_new_tokens=40)).run()["tokens"]
     for s in (DecodeSettings(draft="lookup", depth=8, max_new_tokens=40),

@@ -18,28 +18,34 @@ def encoded(cpu_runtime, code_edit_prompts):
     return [encode_prompt(cpu_runtime.tokenizer, p["messages"]) for p in code_edit_prompts]
 
 
-def test_last_position_logits_match_transformers(cpu_runtime, hf_model, encoded) -> None:
-    rt = cpu_runtime
-    for ids in encoded:
-        ses = rt.session(len(ids) + 8)
-        ses.prefill(ids[:-1])
-        ours = ses.verify([ids[-1]], *chain(1)).logits[0]
-        with torch.inference_mode():
-            ref = hf_model(torch.tensor([ids])).logits[0, -1]
-        assert (ours - ref).abs().max().item() < 1e-3
-
-
 @pytest.mark.parametrize("prompt", range(5))      # the five code-edit prompts, one test each
-def test_greedy_output_matches_transformers_for_64_tokens(cpu_runtime, hf_model, encoded, prompt) -> None:
+def test_greedy_output_matches_transformers_for_64_tokens(cpu_runtime, hf_model, packed_runtime,
+                                                          encoded, prompt) -> None:
+    """The prompt's last-position logits equal transformers' to 1e-3 (ours: a prefill and a
+    one-row verify; theirs: the first step of the generate below, the same forward over the
+    prompt), and plain greedy decoding emits generate's 64 tokens. On the first two prompts
+    the packed runtime's lookup decoding (test_packed_model.py's exact CPU kernels) emits the
+    same tokens as this float32 plain decoding: the packed path's greedy check, here where the
+    float32 decode it is compared with already runs."""
     assert len(encoded) == 5
-    for ids in encoded[prompt:prompt + 1]:
-        ours = Decoder(cpu_runtime, ids, DecodeSettings(draft="none", max_new_tokens=64)).run()
-        with torch.inference_mode():
-            out = hf_model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False,
-                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-        ref = out[0, len(ids):].tolist()
-        assert ours["tokens"] == ref[: len(ours["tokens"])]
-        assert len(ours["tokens"]) == len(ref) or ours["finish_reason"] == "eos"
+    ids = encoded[prompt]
+    ses = cpu_runtime.session(len(ids) + 8)
+    ses.prefill(ids[:-1])
+    first = ses.verify([ids[-1]], *chain(1)).logits[0]
+    ses.close()
+    ours = Decoder(cpu_runtime, ids, DecodeSettings(draft="none", max_new_tokens=64)).run()
+    with torch.inference_mode():
+        out = hf_model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False,
+                                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                output_logits=True, return_dict_in_generate=True)
+    assert (first - out.logits[0][0]).abs().max().item() < 1e-3
+    ref = out.sequences[0, len(ids):].tolist()
+    assert ours["tokens"] == ref[: len(ours["tokens"])]
+    assert len(ours["tokens"]) == len(ref) or ours["finish_reason"] == "eos"
+    if prompt < 2:
+        packed = Decoder(packed_runtime, ids,
+                         DecodeSettings(draft="lookup", max_new_tokens=64)).run()
+        assert packed["tokens"] == ours["tokens"], "the packed runtime's lookup decoding differs"
 
 
 # A window with side branches at depths 1 and 2: row i's parent is PARENTS[i]. Row 0 is the root
@@ -58,17 +64,24 @@ def _path(i: int) -> list[int]:
 
 def _tree_window_matches_sequential(rt, ref_model, prefix: list[int], tokens: list[int], tol: float) -> None:
     """One verify pass over the tree; row i's logits must equal the reference model's at the end
-    of prefix + the tokens on row i's path, computed as a plain sequence."""
+    of prefix + the tokens on row i's path, computed as a plain sequence. A causal model's
+    logits at a position depend only on the tokens up to it, so one reference run per leaf (the
+    prefix and the leaf's whole path) gives every row on that path."""
     ses = rt.session(len(prefix) + len(tokens) + 8)
     ses.prefill(prefix)
     tree = TokenTree.from_rows(tokens, PARENTS)
     ours = ses.verify(tokens, tree.row_depths, tree.ancestor_mask()).logits     # [R, V]
     assert ours.shape[0] == len(tokens)
-    for i in range(len(tokens)):
-        seq = prefix + [tokens[j] for j in _path(i)]
+    ref: dict[int, torch.Tensor] = {}
+    for leaf in (i for i in range(len(tokens)) if i not in PARENTS):
+        path = _path(leaf)
         with torch.inference_mode():
-            ref = ref_model(torch.tensor([seq])).logits[0, -1]
-        assert (ours[i] - ref).abs().max().item() < tol, f"row {i} (path {_path(i)})"
+            logits = ref_model(torch.tensor([prefix + [tokens[j] for j in path]])).logits[0]
+        for d, i in enumerate(path):
+            ref.setdefault(i, logits[len(prefix) + d])
+    assert sorted(ref) == list(range(len(tokens)))
+    for i in range(len(tokens)):
+        assert (ours[i] - ref[i]).abs().max().item() < tol, f"row {i} (path {_path(i)})"
 
 
 def test_tree_window_rows_match_transformers_on_each_path(cpu_runtime, hf_model, encoded) -> None:

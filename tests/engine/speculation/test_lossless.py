@@ -128,9 +128,14 @@ def assert_same_as_reference(spec, ref) -> None:
                  f"{ar['tokens'][k]}, not at a near-tie (rows' top: {st[k][1][:2]} / {at[k][1][:2]})")
 
 
+# one code-edit prompt (its answer copies the prompt: long accepted drafts) and the
+# summarization question (a prose answer, little to copy). posixpath, a second code-edit prompt,
+# took the same paths with other tokens (4 decodes and a reference, ~30 s of the suite); it stays
+# below (the depth-1 tree, the priced takeover) and in test_history.py (tree d16 w3 on a used
+# runtime, token for token)
 @pytest.mark.parametrize("drafter", list(DRAFTERS))
 @pytest.mark.parametrize("pen", list(PENALTIES))
-@pytest.mark.parametrize("prompt", ["textwrap", "posixpath", "summarization"])
+@pytest.mark.parametrize("prompt", ["textwrap", "summarization"])
 def test_greedy_speculation_equals_plain_decoding(rt, prompts, references, prompt, pen, drafter):
     s = DecodeSettings(max_new_tokens=NEW_TOKENS, sampling=PENALTIES[pen], **DRAFTERS[drafter])
     spec = decode(rt, prompts[prompt], s)
