@@ -164,7 +164,9 @@ def _triton_line(r: _Report) -> bool:
 def _kernel_lines(r: _Report, dev, sites=None) -> None:
     """One line per site of the kernel catalog (`sites`: SITES)."""
     if sites is None:
-        from engine.kernels.kernel_catalog import SITES as sites
+        from engine.kernels.dot_precision import gpu_backend
+        from engine.kernels.kernel_catalog import SITES
+        sites = [s for s in SITES if gpu_backend() in s.backends]     # paths this card can take
     for site in sites:
         t0 = time.perf_counter()
         try:

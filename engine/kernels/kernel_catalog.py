@@ -25,8 +25,9 @@ issues ``kernel[grid](...)``) with
              ``specscope doctor --compile-for T --full`` and ``pytest -m slow``.
     quick    a cross-section reaching every type, dtype, row class and shape class (a Latin
              square, ~36 a target): ``specscope doctor --compile-for T``.
-    kernels  every kernel once in float32 and once in a 16-bit dtype (10 a target): what
-             ``make test`` compiles for gfx1100, gfx1151, gfx1201 and sm_90 (~30 s on 2 cores).
+    kernels  every kernel once in float32 and once in a 16-bit dtype (~25 a target; gfx1151's
+             packed matmul and attention in 16-bit alone, ``_skip_in_kernels``): what ``make
+             test`` compiles for gfx1100, gfx1151, gfx1201 and sm_90 (~75 s on 2 cores).
 
 A config function must yield at least one call per kernel in every scope: the test checks that
 each launched kernel compiles for each target in ``kernels``.
@@ -41,7 +42,8 @@ Adding a kernel
    issues the dot); and ``_my_smoke(device, dtypes=DTYPES)`` returning
    ``[(label, got, want, tolerance)]`` (tolerance relative to ``want``'s largest magnitude;
    0 means bit for bit; ``want`` a float64 reference, or another launch for invariance).
-3. Append ``Site("my kernel", _my_configs, _my_smoke)`` to ``SITES``.
+3. Append ``Site("my kernel", _my_configs, _my_smoke)`` to ``SITES`` (``backends=("cuda",)``
+   for a path the engine takes on one backend alone: the other's targets leave it out).
 ``test_every_launched_kernel_is_in_the_catalog`` scans ``engine/`` for ``name[grid](`` launches
 of ``@triton.jit`` kernels and fails until each one shows up in some site's recorded launches.
 
@@ -84,6 +86,7 @@ class Site:
     name: str
     configs: Callable[[Target, str], Iterator[tuple[str, Call]]]
     smoke: Callable[..., Smoke]         # smoke(device, dtypes=DTYPES)
+    backends: tuple[str, ...] = ("cuda", "hip")      # where the engine can take this path
 
 
 def _no_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
@@ -96,6 +99,14 @@ def _tolerances(dtypes) -> list[tuple[torch.dtype, float]]:
     """(dtype, relative tolerance) of the smoke checks, for the dtypes asked for."""
     tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 5e-3}
     return [(d, tol[d]) for d in DTYPES if d in dtypes]
+
+
+def _skip_in_kernels(t: Target, scope: str, dtype: torch.dtype) -> bool:
+    """The ``kernels`` scope compiles gfx1151's packed matmul and attention in 16-bit dtypes
+    only: their float32 tiles (bf16x6 dots) are gfx1100's on the same gfx11 lowering and took
+    ~72 of the scope's ~224 s of compiles on 2 cores (measured 2026-12-06: 59 s the Q4_K tile,
+    13 s attention). ``quick`` and ``full`` compile them for gfx1151 too."""
+    return scope == "kernels" and t.name == "gfx1151" and dtype == torch.float32
 
 
 def _meta(*shape, dtype=torch.float32) -> torch.Tensor:
@@ -165,6 +176,8 @@ def _packed_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                             ("Q4_KN", "bfloat16", len(classes) - 1, 1),
                             # the RDNA orders (ROCm's 16-bit default): Q4_K, Q4_1
                             ("Q4_K", "bfloat16", 0, 4), ("Q4_1", "bfloat16", 0, 1)):
+                        continue
+                    if _skip_in_kernels(t, scope, dtype):
                         continue
                     label = f"{qtype} {_dt(dtype)} NMB{nmb} {n}x{k} {cls}"
                     yield label, (lambda m=m, k=k, n=n, q=qtype, d=dtype, c=cfg:
@@ -254,6 +267,44 @@ def _packed_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
     return out
 
 
+def _sf_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
+    """SF (Q4_K's scales folded into fp16 small integers, triton_sf; opt-in SPECSCOPE_SF=1, CUDA
+    only): its x kernel and its tile. full: every Q4_K shape class whose K is a multiple of 256 x
+    bfloat16 and float16 x NMB 1..4; quick: the first class at NMB 1 in bfloat16 and the last at
+    NMB 4 in float16; kernels: the first of those."""
+    from engine.kernels import triton_kernels as tk
+    classes = [c for c in packed_shape_classes("Q4_K", t.units, backend=t.backend) if c[2] % 256 == 0]
+    keep = [(0, "bfloat16", 1), (len(classes) - 1, "float16", 4)]
+    for c, (cls, n, k, cfg) in enumerate(classes):
+        for dtype in (torch.bfloat16, torch.float16):
+            for m in ROW_CLASSES:
+                nmb = (m + 15) // 16
+                if scope != "full" and (c, _dt(dtype), nmb) not in keep[:2 if scope == "quick" else 1]:
+                    continue
+                yield (f"Q4_K SF {_dt(dtype)} NMB{nmb} {n}x{k} {cls}",
+                       lambda m=m, k=k, n=n, d=dtype, c=cfg:
+                       tk.packed_matmul(_meta(m, k, dtype=d), _meta_packed("Q4_K", n, k), **dict(c, SF=1)))
+
+
+def _sf_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
+    """SF's tile against float64 on 17 rows of random Q4_K blocks (two splits of K), and its row
+    16 alone bit for bit, in the 16-bit dtypes asked for."""
+    from engine.kernels import triton_kernels as tk
+    out = []
+    w, ref = random_packed("Q4_K", 96, 1024, seed=7)
+    w = w.to(device)
+    x = torch.randn(17, 1024, generator=torch.Generator().manual_seed(8))
+    for dtype, tol in _tolerances(dtypes):
+        if dtype == torch.float32:          # float32 keeps the dequantizing tile
+            continue
+        xd = x.to(device, dtype)
+        got = tk.packed_matmul(xd, w, SF=1, splits=2)
+        out.append((f"Q4_K SF {_dt(dtype)} 17 rows", got.float().cpu(), xd.cpu().double() @ ref.double().T, tol))
+        one = tk.packed_matmul(xd[16:17], w, SF=1, splits=2)
+        out.append((f"Q4_K SF {_dt(dtype)} row 16 alone", one.float().cpu(), got[16:17].float().cpu(), 0.0))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # dense row-invariant matmul (engine.kernels.triton_dense.dense_matmul)
 
@@ -315,7 +366,7 @@ def _attention_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                         continue
                     if scope in ("quick", "kernels") and (a != b or c != b):
                         continue
-                    if scope == "kernels" and dtype == torch.float16:
+                    if scope == "kernels" and dtype == torch.float16 or _skip_in_kernels(t, scope, dtype):
                         continue
 
                     def call(hq=hq, hkv=hkv, d=d, cap=cap, rows=rows, dtype=dtype):
@@ -565,6 +616,7 @@ def _order_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 SITES = (
     Site("packed matmul", _packed_configs, _packed_smoke),
     Site("packed matmul, int8 path", _i8_configs, _no_smoke),
+    Site("packed matmul, SF", _sf_configs, _sf_smoke, backends=("cuda",)),
     Site("dense matmul", _dense_configs, _dense_smoke),
     Site("attention", _attention_configs, _attention_smoke),
     Site("fused layer", _fused_configs, _fused_smoke),
@@ -584,6 +636,8 @@ def launches(target: Target, scope: str = "full",
     # CUDA cards from compute capability 9.0 launch with PDL (engine.kernels.pdl)
     with compiling_pdl(target.backend == "cuda" and int(target.arch) >= 90):
         for site in sites:
+            if target.backend not in site.backends:
+                continue
             for label, call in site.configs(target, scope):
                 for launch in record(call, target.backend, f"{site.name}: {label}"):
                     out.setdefault(compile_key(launch, target), launch)

@@ -429,6 +429,33 @@ def _tail_args(tail, dst, m: int) -> tuple:
              "RB": triton.next_power_of_2(m), "HB": hb})
 
 
+def _variant_kwargs(cfg: dict, qtype: str, m: int, dtype: torch.dtype, ieee: int, rdna: bool,
+                    si: bool, xp: bool, sf: bool) -> dict:
+    """The launch's optional constexprs and options (_launch): each named only when on, so a
+    launch without them compiles as before they existed."""
+    kw: dict = {}
+    if qtype == "Q4_KN":
+        kw["HDR"] = cfg.get("HDR", 1)
+    # a one-row launch (the same bits as the 16-row slice: see _X1_DEFAULT)
+    if m == 1 and cfg.get("X1") and qtype in _X1_TYPES and not rdna:
+        kw["X1"] = True
+    if rdna:
+        kw["RDNA"] = 2 if si else True
+    if xp:
+        kw["XP"] = True
+    if sf:
+        kw["SF"] = True
+    if cfg.get("DW"):
+        kw["DW"] = True
+    # a register cap (CUDA; benchmarks: more programs an SM, spills)
+    if cfg.get("MAXNREG") and gpu_backend() == "cuda":
+        kw["maxnreg"] = cfg["MAXNREG"]
+    # bf16 weights rounded in integer ops (ROCm; the same bits: _config)
+    if cfg.get("RNE") and dtype == torch.bfloat16 and not ieee:
+        kw["RNE"] = True
+    return kw
+
+
 def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bool = False,
             tail: tuple | None = None) -> None:
     """The dequantizing kernel over x2's rows, 64 at a time: dst rows follow x2's (stride som;
@@ -475,20 +502,7 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                     SPLIT=split, EVEN_K=k % 256 == 0, IEEE=ieee,
                     SB=cfg["SB"], JS=cfg["JS"], SWIGLU=swiglu, num_warps=cfg["num_warps"],
                     num_stages=_FEWER_STAGES.get(key, stages),
-                    **({"HDR": cfg.get("HDR", 1)} if qtype == "Q4_KN" else {}),
-                    # a one-row launch (the same bits as the 16-row slice: see _X1_DEFAULT)
-                    **({"X1": True} if m == 1 and cfg.get("X1") and qtype in _X1_TYPES and not rdna
-                       else {}),
-                    **({"RDNA": 2 if si else True} if rdna else {}),
-                    **({"XP": True} if xp else {}),
-                    **({"SF": True} if sf else {}),
-                    **({"DW": True} if cfg.get("DW") else {}),
-                    # a register cap (CUDA; benchmarks: more programs an SM, spills)
-                    **({"maxnreg": cfg["MAXNREG"]} if cfg.get("MAXNREG") and gpu_backend() == "cuda"
-                       else {}),
-                    # bf16 weights rounded in integer ops (ROCm; the same bits: _config)
-                    **({"RNE": True} if cfg.get("RNE") and x2.dtype == torch.bfloat16 and not ieee
-                       else {}))
+                    **_variant_kwargs(cfg, qtype, m, x2.dtype, ieee, rdna, si, xp, sf))
                 break
             except triton.runtime.errors.OutOfResources:
                 # a wide variant that does not fit the card's shared memory: one pipeline

@@ -553,8 +553,7 @@ def _packed_mm_kernel(
                                                  M, K, sxm, K8, K32, True, NMB, EVEN_K, IEEE, RNE, RDNA)
         elif QT == 3:       # Q4_K planes: qs, d, dmin, sc, mn (SF: p5 the aux words of x')
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p5, p1, p2, p3, p4, rn, kb,
-                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP, RNE, DW, RDNA,
-                                                SF)
+                                                M, K, sxm, K8, K32, K256, False, NMB, IEEE, JS, SB, X1, XP, RNE, DW, RDNA, SF)
         elif QT == 4:       # Q5_K planes: qs, qh, d, dmin, sc, mn
             acc0, acc1, acc2, acc3 = _tile_q45k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, p4, p5, rn, kb,
                                                 M, K, sxm, K8, K32, K256, True, NMB, IEEE, JS, SB, X1, XP, RNE, DW)

@@ -50,14 +50,27 @@ def launched_kernels() -> set[str]:
     return found
 
 
+def only_elsewhere(target, scope: str) -> set[str]:
+    """The kernels the engine launches on the other backend alone (SF: CUDA): those of catalog
+    sites for the other backend that no site launches on ``target``."""
+    other = TARGETS["sm_90" if target.backend == "hip" else "gfx1201"]
+    sites = tuple(s for s in kc.SITES if target.backend not in s.backends)
+    here = {launch.name for launch in kc.launches(target, scope)}
+    return {launch.name for launch in kc.launches(other, scope, sites)} - here
+
+
 def test_every_launched_kernel_is_in_the_catalog():
     launched = launched_kernels()
     assert {"engine.kernels.triton_tiles._packed_mm_kernel", "engine.kernels.triton_attention._split_kernel",
             "engine.kernels.triton_dense._dense_kernel"} <= launched       # the scan sees launches
+    sf = "engine.kernels.triton_sf._sf_x_kernel"
+    assert only_elsewhere(TARGETS["gfx1201"], "kernels") == {sf}
+    assert not only_elsewhere(TARGETS["sm_90"], "kernels")
     for target in (TARGETS["gfx1201"], TARGETS["sm_90"]):
         for scope in kc.SCOPES:
             covered = {launch.name for launch in kc.launches(target, scope)}
-            missing = launched - covered
+            assert (sf in covered) == (target.backend == "cuda"), (target.name, scope)
+            missing = launched - covered - only_elsewhere(target, scope)
             assert not missing, (f"launched but not in the catalog's {scope} scope for "
                                  f"{target.name} (add a Site, see kernel_catalog's docstring): "
                                  f"{sorted(missing)}")
@@ -90,6 +103,17 @@ def test_the_check_fails_on_what_stops_a_card():
     assert compile_launch(launch, TARGETS["sm_90"]).ok
 
 
+def test_gfx1151_float32_tiles_leave_the_kernels_scope_alone():
+    """make test compiles gfx1151's packed and attention tiles in 16-bit alone (gfx1100 compiles
+    the same gfx11 float32 tiles); its quick scope has them in float32."""
+    def f32(name, scope):
+        return {launch.name.rsplit(".", 1)[-1] for launch in kc.launches(TARGETS[name], scope)
+                if launch.kwargs.get("IEEE")}
+    tiles = {"_packed_mm_kernel", "_split_kernel"}
+    assert tiles <= f32("gfx1100", "kernels") and tiles <= f32("gfx1151", "quick")
+    assert not tiles & f32("gfx1151", "kernels")
+
+
 def test_target_names_are_checked():
     assert [t.name for t in parse_targets("gfx1100, gfx1201,gfx1100")] == ["gfx1100", "gfx1201"]
     for bad in ("gfx9999", "", "sm90"):
@@ -104,7 +128,8 @@ def _compile(scope: str, workers: int) -> None:
     assert not bad, "\n".join(bad)
     launched = launched_kernels()
     for name in CHECK_TARGETS:
-        assert {r.kernel for r in res if r.target == name} == launched, name
+        want = launched - only_elsewhere(TARGETS[name], scope)
+        assert {r.kernel for r in res if r.target == name} == want, name
     print(f"{len(res)} compiles for {', '.join(CHECK_TARGETS)} ({scope}) in "
           f"{time.perf_counter() - t0:.0f} s, {workers} workers")
 
