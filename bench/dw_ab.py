@@ -54,6 +54,39 @@ def _warm(job):
     return n, k, override, err, time.time() - t0
 
 
+def start(shapes: dict, variants: dict, workers: int):
+    """(the result dict, naming the card, and a seeded CUDA generator) after every variant of
+    every shape was compiled in worker processes; then, per shape: ``shape_setup``."""
+    import torch
+
+    from q4k_native_ab import compile_in_workers
+    dev = torch.cuda.get_device_properties(0)
+    res = {"device": dev.name, "sms": dev.multi_processor_count, "variants": variants, "shapes": {}}
+    compile_in_workers(_warm, [(n, k, o, CHECK_ROWS) for n, k in shapes.values() for o in variants.values()],
+                       workers, res)
+    return res, torch.Generator(device="cuda").manual_seed(5)
+
+
+def shape_setup(n: int, k: int, g, block_bytes: int):
+    """(x [64, k] bf16, the weight's bytes, Q4_K weight copies enough to defeat the L2)."""
+    import torch
+
+    from bench_packed_matmul import make_weight
+    x = torch.randn(64, k, device="cuda", generator=g).to(torch.bfloat16)
+    nbytes = n * k * block_bytes // 256
+    copies = max(2, (160 << 20) // nbytes + 1)
+    return x, nbytes, [make_weight("Q4_K", n, k, seed=s, device="cuda") for s in range(copies)]
+
+
+def finish(res: dict, same: int, total: int, t0: float, out: str, word: str) -> None:
+    """The check's count and the wall time, printed and kept in res; res to `out` if named."""
+    res["identical"] = [same, total]
+    res["wall_s"] = time.time() - t0
+    print(f"{word} {same}/{total}; {res['wall_s']:.0f}s", flush=True)
+    if out:
+        Path(out).write_text(json.dumps(res, indent=1, default=str))
+
+
 def time_variants(variants: dict, ws: list, x, rows: list) -> tuple[dict, dict]:
     """(µs lists, their means) [variant][rows] of packed_matmul over the weight copies ws,
     graph-replayed, the variants interleaved (A B C .., then .. C B A)."""
@@ -85,22 +118,13 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from bench_packed_matmul import make_weight
     from engine.kernels import triton_kernels as tk
     rows = [int(r) for r in args.rows.split(",")]
-    dev = torch.cuda.get_device_properties(0)
-    res = {"device": dev.name, "sms": dev.multi_processor_count, "variants": VARIANTS, "shapes": {}}
-    from q4k_native_ab import compile_in_workers
-    compile_in_workers(_warm, [(n, k, o, CHECK_ROWS) for n, k in SHAPES.values() for o in VARIANTS.values()],
-                       args.workers, res)
-    g = torch.Generator(device="cuda").manual_seed(5)
+    res, g = start(SHAPES, VARIANTS, args.workers)
     t0 = time.time()
     same = total = 0
     for name, (n, k) in SHAPES.items():
-        x = torch.randn(64, k, device="cuda", generator=g).to(torch.bfloat16)
-        nbytes = n * k * 148 // 256
-        copies = max(2, (160 << 20) // nbytes + 1)
-        ws = [make_weight("Q4_K", n, k, seed=s, device="cuda") for s in range(copies)]
+        x, nbytes, ws = shape_setup(n, k, g, 148)
         bad = []
         for v, o in VARIANTS.items():
             for m in CHECK_ROWS:
@@ -111,17 +135,13 @@ def main() -> None:
                 if not ok:
                     bad.append((v, m))
         us, mean = time_variants(VARIANTS, ws, x, rows)
-        res["shapes"][name] = {"n": n, "k": k, "bytes": nbytes, "copies": copies, "bad": bad, "us": us,
-                               "mean_us": mean, "config": tk.kernel_config("Q4_K", n, k, dev.multi_processor_count)}
+        res["shapes"][name] = {"n": n, "k": k, "bytes": nbytes, "copies": len(ws), "bad": bad, "us": us,
+                               "mean_us": mean, "config": tk.kernel_config("Q4_K", n, k, res["sms"])}
         print(f"{name}: identical {'all' if not bad else bad}", flush=True)
         print_rows(mean, rows, nbytes)
         del ws
         torch.cuda.empty_cache()
-    res["identical"] = [same, total]
-    res["wall_s"] = time.time() - t0
-    print(f"identical {same}/{total}; {res['wall_s']:.0f}s", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1, default=str))
+    finish(res, same, total, t0, args.json, "identical")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from dw_ab import CHECK_ROWS, SHAPES, _warm, print_rows, time_variants  # noqa: E402  (shared)
+from dw_ab import CHECK_ROWS, SHAPES, finish, print_rows, shape_setup, start, time_variants  # noqa: E402  (shared)
 
 VARIANTS = {"base": {"SF": 0}, "SF": {"SF": 1}, "SF-JS4": {"SF": 1, "JS": 4},
             "SF-BN128": {"SF": 1, "BN": 128, "num_warps": 8}}
@@ -44,24 +44,15 @@ def main() -> None:
         VARIANTS = json.loads(args.variants)
     import torch
 
-    from bench_packed_matmul import make_weight
     from engine.kernels import triton_kernels as tk
     from engine.weights.packed import dequantize_packed
     rows = [int(r) for r in args.rows.split(",")]
     shapes = {s: SHAPES[s] for s in args.shapes.split(",")}
-    dev = torch.cuda.get_device_properties(0)
-    res = {"device": dev.name, "sms": dev.multi_processor_count, "variants": VARIANTS, "shapes": {}}
-    from q4k_native_ab import compile_in_workers
-    compile_in_workers(_warm, [(n, k, o, CHECK_ROWS) for n, k in shapes.values() for o in VARIANTS.values()],
-                       args.workers, res)
-    g = torch.Generator(device="cuda").manual_seed(5)
+    res, g = start(shapes, VARIANTS, args.workers)
     t0 = time.time()
     same = total = 0
     for name, (n, k) in shapes.items():
-        x = torch.randn(64, k, device="cuda", generator=g).to(torch.bfloat16)
-        nbytes = n * k * 144 // 256
-        copies = max(2, (160 << 20) // nbytes + 1)
-        ws = [make_weight("Q4_K", n, k, seed=s, device="cuda") for s in range(copies)]
+        x, nbytes, ws = shape_setup(n, k, g, 144)
         exact = x.double() @ dequantize_packed(ws[0]).to("cuda").double().T
         err = {}
         bad = []
@@ -79,18 +70,14 @@ def main() -> None:
                 if not ok:
                     bad.append((v, m))
         us, mean = time_variants(VARIANTS, ws, x, rows)
-        res["shapes"][name] = {"n": n, "k": k, "bytes": nbytes, "copies": copies, "bad": bad, "us": us,
+        res["shapes"][name] = {"n": n, "k": k, "bytes": nbytes, "copies": len(ws), "bad": bad, "us": us,
                                "mean_us": mean, "max_rel_err": err}
         print(f"{name}: row-invariant {'all' if not bad else bad}; max error / max |y|: "
               + ", ".join(f"{v} {e:.2e}" for v, e in err.items()), flush=True)
         print_rows(mean, rows, nbytes)
         del ws
         torch.cuda.empty_cache()
-    res["identical"] = [same, total]
-    res["wall_s"] = time.time() - t0
-    print(f"row-invariant {same}/{total}; {res['wall_s']:.0f}s", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1, default=str))
+    finish(res, same, total, t0, args.json, "row-invariant")
 
 
 if __name__ == "__main__":
