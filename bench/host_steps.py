@@ -7,9 +7,10 @@ For each setting (plain `--draft none`, the user default `--adaptive --ar-floor`
 detail off as `generate` runs, and plain with the workbench's detail on) over the same prompts
 (Spec-Bench text, EOS ignored so every run takes all its steps): the median time between
 consecutive windows (a step, what tg measures), the window's own parts (propose / verify / after:
-the decoder's times_s) and the rest (the consumer and the loop); beside them the pass alone, one
-row at the same context (Session.time_verify_pass: upload, replay, the top-k back). Then cProfile
-of one plain run, the host functions by own time.
+the decoder's times_s) and the rest (the consumer and the loop); beside them the pass alone at the
+same context, one row and the d8 w3 windows' median row count (Session.time_verify_pass: upload, replay, the top-k
+back), and the d8 w3 window's cost in plain steps split into its pass alone and the rest (what
+bench/tree_ceiling.py calls c). Then cProfile of one plain run, the host functions by own time.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def run(rt, ids, name, tokens, profile=None):
             profile.enable()
         for ev in dec.windows():
             marks.append(time.perf_counter())
-            parts.append(((ev.propose_ms / 1e3, ev.verify_ms / 1e3, ev.commit_ms / 1e3), len(ev.emitted)))
+            parts.append(((ev.propose_ms / 1e3, ev.verify_ms / 1e3, ev.commit_ms / 1e3), len(ev.emitted),
+                          len(ev.tokens) + 1))          # rows verified: the drafts and the root
         if profile is not None:
             profile.disable()
     finally:
@@ -60,7 +62,8 @@ def run(rt, ids, name, tokens, profile=None):
             "tok_s": sum(p[1] for p in parts) / sum(steps) if steps else float("nan"),
             "propose_ms": ms([p[0][0] for p in parts]), "verify_ms": ms([p[0][1] for p in parts]),
             "after_ms": ms([p[0][2] for p in parts]),
-            "rest_ms": ms([s - sum(p[0]) for s, p in zip(steps, parts)]), "windows": len(marks)}
+            "rest_ms": ms([s - sum(p[0]) for s, p in zip(steps, parts)]), "windows": len(marks),
+            "rows": statistics.median(p[2] for p in parts) if parts else float("nan")}
 
 
 def main() -> None:
@@ -86,20 +89,31 @@ def main() -> None:
             for p in prompts:
                 r = run(rt, p, name, a.tokens)
                 out["by_setting"].setdefault(name, []).append(r)
+    # the d8 w3 windows' median row count (up to 25: the root and 8 x 3 drafts)
+    tree_rows = max(1, round(statistics.median(r["rows"] for r in out["by_setting"]["tree d8 w3"])))
     s = rt.session(2048)
-    try:
-        alone = [s.time_verify_pass(1, len(p) + a.tokens // 2) for p in prompts for _ in range(15)]
+    try:         # one row (a plain step's pass) and that many rows, each timed alone
+        alone = {n: statistics.median(s.time_verify_pass(n, len(p) + a.tokens // 2)
+                                      for p in prompts for _ in range(15)) for n in (1, tree_rows)}
     finally:
         s.close()
-    out["pass_alone_ms"] = statistics.median(alone)
-    print(f"one-row pass alone (upload, replay, top-k back): {out['pass_alone_ms']:.3f} ms")
-    keys = ("step_ms", "tok_s", "tokens_per_step", "propose_ms", "verify_ms", "after_ms", "rest_ms")
+    out["pass_alone_ms"], out["pass_alone_ms_by_rows"] = alone[1], alone
+    print(f"pass alone (upload, replay, top-k back): 1 row {alone[1]:.3f} ms, "
+          f"{tree_rows} rows (the d8 w3 windows' median) {alone[tree_rows]:.3f} ms")
+    keys = ("step_ms", "tok_s", "tokens_per_step", "rows", "propose_ms", "verify_ms", "after_ms", "rest_ms")
     print(f"{'setting':<14}" + "".join(f"{k:>16}" for k in keys))
     med = {}
     for name, rs in out["by_setting"].items():
         med[name] = {k: statistics.median(r[k] for r in rs) for k in keys}
         print(f"{name:<14}" + "".join(f"{med[name][k]:>16.3f}" for k in keys))
     out["medians"] = med
+    # a drafting window's cost in plain steps, split: the knee (its pass alone against the plain
+    # step) and the rest (host work between passes: the drafter, the upload, the read-back)
+    plain, tree = med["plain"]["step_ms"], med["tree d8 w3"]["step_ms"]
+    out["window_cost"] = {"in_plain_steps": tree / plain, "knee": alone[tree_rows] / plain,
+                          "rest": (tree - alone[tree_rows]) / plain}
+    print("tree d8 w3 window = {in_plain_steps:.2f} plain steps: its pass alone {knee:.2f}, "
+          "the rest {rest:.2f}".format(**out["window_cost"]))
     pr = cProfile.Profile()
     run(rt, prompts[0], "plain", a.tokens, profile=pr)
     st = io.StringIO()
