@@ -107,13 +107,16 @@ def main() -> None:
         med[name] = {k: statistics.median(r[k] for r in rs) for k in keys}
         print(f"{name:<14}" + "".join(f"{med[name][k]:>16.3f}" for k in keys))
     out["medians"] = med
-    # a drafting window's cost in plain steps, split: the knee (its pass alone against the plain
-    # step) and the rest (host work between passes: the drafter, the upload, the read-back)
+    # a drafting window's cost in plain steps, split: its pass alone (against the plain step) and
+    # the rest (host work between passes: the drafter, the upload, the read-back); and the knee,
+    # its pass alone against the one-row pass alone
     plain, tree = med["plain"]["step_ms"], med["tree d8 w3"]["step_ms"]
-    out["window_cost"] = {"in_plain_steps": tree / plain, "knee": alone[tree_rows] / plain,
-                          "rest": (tree - alone[tree_rows]) / plain}
-    print("tree d8 w3 window = {in_plain_steps:.2f} plain steps: its pass alone {knee:.2f}, "
-          "the rest {rest:.2f}".format(**out["window_cost"]))
+    out["window_cost"] = {"in_plain_steps": tree / plain, "pass_alone": alone[tree_rows] / plain,
+                          "rest": (tree - alone[tree_rows]) / plain,
+                          "knee_pass_over_pass": alone[tree_rows] / alone[1]}
+    print("tree d8 w3 window = {in_plain_steps:.2f} plain steps: its pass alone {pass_alone:.2f}, "
+          "the rest {rest:.2f} (the knee, pass over pass: {knee_pass_over_pass:.2f})"
+          .format(**out["window_cost"]))
     pr = cProfile.Profile()
     run(rt, prompts[0], "plain", a.tokens, profile=pr)
     st = io.StringIO()

@@ -616,7 +616,7 @@ def _order_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 SITES = (
     Site("packed matmul", _packed_configs, _packed_smoke),
     Site("packed matmul, int8 path", _i8_configs, _no_smoke),
-    Site("packed matmul, SF", _sf_configs, _sf_smoke, backends=("cuda",)),
+    Site("packed matmul, SF (opt-in)", _sf_configs, _sf_smoke, backends=("cuda",)),
     Site("dense matmul", _dense_configs, _dense_smoke),
     Site("attention", _attention_configs, _attention_smoke),
     Site("fused layer", _fused_configs, _fused_smoke),

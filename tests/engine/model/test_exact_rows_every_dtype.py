@@ -51,8 +51,9 @@ def test_side_branch_rows_equal_one_row_passes_bitwise(dense_runtime, code_edit_
 
 # bfloat16 only: float32 with dequantized weights is the session's cpu_runtime, whose drafts
 # equal plain decoding in tests/engine/speculation/test_lossless.py (lookup and tree d8 w3, 64
-# tokens, with and without penalties) and test_history.py (also adaptive windows and the CPU's
-# user default); its rows' exactness: the test above
+# tokens, with and without penalties; on the CPU no row is flagged a near-tie, so token for
+# token) and test_history.py (also adaptive windows and the CPU's user default); its rows'
+# exactness: the test above
 @pytest.mark.parametrize("dense_runtime", ["bfloat16"], indirect=True)
 def test_drafts_reproduce_plain_decoding(dense_runtime, code_edit_prompts):
     rt = dense_runtime

@@ -44,8 +44,8 @@ def test_packed_runtime_keeps_linear_weights_packed(packed_runtime, cpu_runtime)
 
 def test_packed_logits_match_float32_on_the_code_edit_prompts(packed_runtime, cpu_runtime,
                                                               code_edit_prompts):
-    # the last three prompts (~1,800 positions; the suite's time): the first three are
-    # test_cpu_fast_model.py's float32 comparison, the first two also run packed in test_parity.py
+    # the last three prompts (~1,800 positions; the suite's time): the packed path's logits are
+    # not compared on the first two, its greedy tokens are (test_parity.py, lookup, 64 tokens)
     for p in code_edit_prompts[2:]:
         ids = encode_prompt(cpu_runtime.tokenizer, p["messages"])
         n = len(ids)
