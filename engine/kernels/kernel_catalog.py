@@ -242,6 +242,17 @@ def random_packed(qtype: str, n: int, k: int, seed: int = 0):
     return w, dequantize_packed(w)
 
 
+def _rows_and_row_alone(label: str, w, xd: torch.Tensor, ref: torch.Tensor, tol: float,
+                        **override) -> Smoke:
+    """packed_matmul of xd's 17 rows against float64 (x @ ref^T), and its row 16 alone bit for
+    bit against that row of the 17-row call."""
+    from engine.kernels import triton_kernels as tk
+    got = tk.packed_matmul(xd, w, **override)
+    one = tk.packed_matmul(xd[16:17], w, **override)
+    return [(f"{label} 17 rows", got.float().cpu(), xd.cpu().double() @ ref.double().T, tol),
+            (f"{label} row 16 alone", one.float().cpu(), got[16:17].float().cpu(), 0.0)]
+
+
 def _packed_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
     from engine.kernels import triton_kernels as tk
     out = []
@@ -251,13 +262,7 @@ def _packed_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
         w = w.to(device)
         x = torch.randn(17, 512, generator=g)
         for dtype, tol in _tolerances(dtypes):
-            xd = x.to(device, dtype)
-            want = xd.cpu().double() @ ref.double().T
-            got = tk.packed_matmul(xd, w)
-            out.append((f"{qtype} {_dt(dtype)} 17 rows", got.float().cpu(), want, tol))
-            one = tk.packed_matmul(xd[16:17], w)     # a row alone equals it in the 17-row call
-            out.append((f"{qtype} {_dt(dtype)} row 16 alone", one.float().cpu(),
-                        got[16:17].float().cpu(), 0.0))
+            out += _rows_and_row_alone(f"{qtype} {_dt(dtype)}", w, x.to(device, dtype), ref, tol)
     if torch.float16 in dtypes:
         w, ref = random_packed("Q4_K", 40, 1024, seed=5)
         xd = torch.randn(5, 1024, generator=g).to(device, torch.float16)
@@ -289,19 +294,14 @@ def _sf_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
 def _sf_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
     """SF's tile against float64 on 17 rows of random Q4_K blocks (two splits of K), and its row
     16 alone bit for bit, in the 16-bit dtypes asked for."""
-    from engine.kernels import triton_kernels as tk
-    out = []
     w, ref = random_packed("Q4_K", 96, 1024, seed=7)
     w = w.to(device)
     x = torch.randn(17, 1024, generator=torch.Generator().manual_seed(8))
+    out = []
     for dtype, tol in _tolerances(dtypes):
-        if dtype == torch.float32:          # float32 keeps the dequantizing tile
-            continue
-        xd = x.to(device, dtype)
-        got = tk.packed_matmul(xd, w, SF=1, splits=2)
-        out.append((f"Q4_K SF {_dt(dtype)} 17 rows", got.float().cpu(), xd.cpu().double() @ ref.double().T, tol))
-        one = tk.packed_matmul(xd[16:17], w, SF=1, splits=2)
-        out.append((f"Q4_K SF {_dt(dtype)} row 16 alone", one.float().cpu(), got[16:17].float().cpu(), 0.0))
+        if dtype != torch.float32:          # float32 keeps the dequantizing tile
+            out += _rows_and_row_alone(f"Q4_K SF {_dt(dtype)}", w, x.to(device, dtype), ref, tol,
+                                       SF=1, splits=2)
     return out
 
 
@@ -343,93 +343,14 @@ def _dense_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
 # layout-invariant attention (engine.kernels.triton_attention.layout_attention_triton)
 
 
-def _graph_layout(rows: int, device="meta"):
-    """The WindowLayout of a graph bucket, laid out as graphs.GraphBucket lays it out (one
-    packed long tensor: tokens, depths, n, the ancestor table), so pointer alignment matches."""
-    from engine.kernels.window_layout import WindowLayout
-    B = rows
-    packed = torch.zeros(2 * B + 1 + B * B, dtype=torch.long, device=device)
-    return WindowLayout(packed[2 * B], packed[B:2 * B], packed[2 * B + 1:].view(B, B))
-
-
 def _attention_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
-    """full: head layout x dtype x graph bucket class (1 row: the ancestor table's stride is
-    specialized to 1; 2: even; 16: a multiple of 16) at a 2048-slot cache, and 256 / 32768
-    slots (1 and 128 splits) for the first layout. quick: per dtype one layout and bucket
-    class. kernels: float32 and bfloat16."""
-    from engine.kernels.triton_attention import layout_attention_triton
-    for a, (hq, hkv, d) in enumerate(HEAD_LAYOUTS):
-        for b, dtype in enumerate(DTYPES):
-            for c, rows in enumerate((1, 2, 16)):
-                for cap in (2048, 256, 32768):
-                    if cap != 2048 and (a or scope != "full"):
-                        continue
-                    if scope in ("quick", "kernels") and (a != b or c != b):
-                        continue
-                    if scope == "kernels" and dtype == torch.float16 or _skip_in_kernels(t, scope, dtype):
-                        continue
-
-                    def call(hq=hq, hkv=hkv, d=d, cap=cap, rows=rows, dtype=dtype):
-                        kv = _meta(2, hkv, cap, d, dtype=dtype)       # one layer of the cache
-                        layout_attention_triton(_meta(rows, hq, d, dtype=dtype), kv[0], kv[1],
-                                                _graph_layout(rows))
-                    yield f"{_dt(dtype)} heads {hq}/{hkv}x{d} cache {cap} rows {rows}", call
-
-
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int,
-                        visible: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v in float64 on the CPU, textbook style (one masked softmax
-    over every score): what a window row attends to, written independently of
-    engine.model.attention. q [R, Hq, D]; k, v [Hkv, C, D] with the committed keys at slots
-    0..n-1 and window row a at slot n + a; visible [R, R] bool: row r sees window row a (its
-    ancestors and itself). Query head h reads kv head h // (Hq / Hkv). Returns [R, Hq, D]."""
-    R, Hq, D = q.shape
-    G = Hq // k.shape[0]
-    S = n + R
-    mask = torch.ones(R, S, dtype=torch.bool)
-    mask[:, n:] = visible.cpu()
-    kk = k[:, :S].cpu().double().repeat_interleave(G, dim=0)              # [Hq, S, D]
-    vv = v[:, :S].cpu().double().repeat_interleave(G, dim=0)
-    scores = torch.einsum("rhd,hsd->rhs", q.cpu().double(), kk) / D ** 0.5
-    scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
-    return torch.einsum("rhs,hsd->rhd", torch.softmax(scores, dim=-1), vv)
+    from engine.kernels.catalog_attention import attention_configs     # (catalog_tails' pattern)
+    return attention_configs(t, scope)
 
 
 def _attention_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
-    from engine.kernels.window_layout import WindowLayout, ancestor_table
-    from engine.kernels.triton_attention import layout_attention_triton
-    g = torch.Generator().manual_seed(3)
-    R, hq, hkv, d, cap, n = 5, 8, 2, 64, 512, 300
-    depths = [0, 1, 1, 2, 3]                 # a small tree: rows 1 and 2 siblings
-    parent = [-1, 0, 0, 1, 3]
-    anc_mask = torch.zeros(R, R, dtype=torch.bool)
-    for r in range(R):
-        a = r
-        while a >= 0:
-            anc_mask[r, a] = True
-            a = parent[a]
-    anc = ancestor_table(depths, anc_mask)
-    q = torch.randn(R, hq, d, generator=g)
-    kv = torch.randn(2, hkv, cap, d, generator=g)
-    out = []
-    for dtype, tol in _tolerances(dtypes):
-        qd, kvd = q.to(device, dtype), kv.to(device, dtype)
-        dl = WindowLayout(torch.tensor(n, device=device), torch.tensor(depths, device=device),
-                          anc.to(device))
-        got = layout_attention_triton(qd, kvd[0], kvd[1], dl)
-        want = attention_reference(qd, kvd[0], kvd[1], n, anc_mask)
-        out.append((f"{_dt(dtype)} tree of {R} rows at {n}", got.float().cpu(), want, tol))
-        # the deepest row (4: rows 0, 1, 3 its ancestors) alone, one row after those three
-        # were committed at slots n..n+2: the same keys, other slots, a 1-row layout
-        one = WindowLayout(torch.tensor(n + 3, device=device), torch.zeros(1, dtype=torch.long,
-                           device=device), torch.zeros(1, 1, dtype=torch.long, device=device))
-        kv1 = kvd.clone()
-        for j, a in enumerate((0, 1, 3, 4)):
-            kv1[:, :, n + j] = kvd[:, :, n + a]
-        alone = layout_attention_triton(qd[4:5], kv1[0], kv1[1], one)
-        out.append((f"{_dt(dtype)} deepest row alone", alone.float().cpu(),
-                    got[4:5].float().cpu(), 0.0))
-    return out
+    from engine.kernels.catalog_attention import attention_smoke
+    return attention_smoke(device, dtypes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,13 +38,46 @@ import triton.language as tl
 from engine.kernels.pdl import pdl_kwargs, pdl_wait
 
 # The step after a split matmul (the residual and norm after o and down, the SwiGLU of a split
-# gate|up) in the matmul's tail for few rows (engine.kernels.triton_kernels.tail_rows), instead
-# of a launch of its own: SPECSCOPE_TAIL=1. Off by default: measured on an H100 (BENCHMARKS.md,
-# "The tails measured and refuted") it is exact (216/216) but no faster (plain 0.995x, adaptive
-# windows 0.94x): the tail's atomic and dependent loads cost what the launch did. With it on,
-# every residual norm takes the order-free sum of squares, so a tail and this module's kernel
-# give a row the same bits.
+# gate|up) in the matmul's tail for few rows (tail_rows: plain steps, small windows): the launch's
+# last program does it (triton_tiles._packed_mm_kernel's TAIL, _tail below) instead of a launch
+# of its own, with the same bits (order-free norm sums, elementwise SwiGLU). SPECSCOPE_TAIL=1.
+# Off by default: measured on an H100 (BENCHMARKS.md, "The tails measured and refuted") it is
+# exact (216/216) but no faster (plain 0.995x, adaptive windows 0.94x): the tail's atomic and
+# dependent loads cost what the launch did. With it on, every residual norm takes the order-free
+# sum of squares, so a tail and this module's kernel give a row the same bits. A tail's tile
+# holds at most _TAIL_ELEMS values.
 TAILS = os.environ.get("SPECSCOPE_TAIL", "0") == "1"
+_TAIL_ELEMS = 8192
+_TAIL_COUNTERS: dict = {}      # device -> int32 [1]: programs done; each tail resets it to 0
+
+
+def tail_rows(width: int, on: bool | None = None) -> int:
+    """How many rows a matmul's tail takes for a step over `width` values (0: tails off; on:
+    default TAILS)."""
+    on = TAILS if on is None else on
+    return max(1, _TAIL_ELEMS // triton.next_power_of_2(width)) if on else 0
+
+
+def _tail_counter(device: torch.device) -> torch.Tensor:
+    # created on first use, a warm-up run before any graph capture (as attention's counters)
+    c = _TAIL_COUNTERS.get(device)
+    if c is None:
+        c = _TAIL_COUNTERS[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return c
+
+
+def tail_args(tail, dst, m: int, max_rows: int) -> tuple:
+    """(cnt, tx, th, tw, tsx, tsh, eps) and the constexprs of a packed matmul's tail (kind, x,
+    h, w, eps, width, hb, splits), or placeholders for none (triton_kernels._launch)."""
+    if tail is None:
+        return (dst, dst, dst, dst, 0, 0, 0.0), {}
+    kind, x, h, w, eps, width, hb, splits = tail
+    if m > max_rows or h.stride(-1) != 1 or (x is not None and x.stride(-1) != 1):
+        raise ValueError("packed matmul tail: at most 64 rows of contiguous outputs")
+    return ((_tail_counter(h.device), x if x is not None else h, h, w if w is not None else h,
+             x.stride(0) if x is not None else 0, h.stride(0), float(eps)),
+            {"TAIL": kind, "TS": splits, "TB": triton.next_power_of_2(width),
+             "RB": triton.next_power_of_2(m), "HB": hb})
 
 
 @triton.jit

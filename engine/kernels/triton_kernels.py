@@ -99,6 +99,7 @@ import triton
 from .dot_precision import gpu_backend, ieee_code
 from .pdl import matmul_pdl_kwargs, pdl_kwargs
 from . import triton_fused
+from .triton_fused import tail_rows
 from .triton_int8 import _i8_matmul
 from .triton_tiles import MAX_ROWS, _packed_mm_kernel, _sum_splits_kernel, _xperm_order
 
@@ -244,11 +245,11 @@ def _config(qtype: str, n: int, k: int, sms: int, override: tuple, backend: str)
     # and no spills (bench/amdgcn_mix.py; BENCHMARKS.md). Its own bits, row-invariant; ROCm's
     # default for those types
     cfg.setdefault("SI", int(backend == "hip" and qtype in _SI_TYPES))
-    # DW: Q4_K / Q5_K's f16 d / dmin read as aligned words (triton_tiles._kscales): the same
-    # values; only where the planes hold an even count (the last word inside them)
     # SF: Q4_K's sub-block scales folded into small-integer fp16 weights, x made fp16 once a
     # call (triton_sf; 16-bit activations, NVIDIA's order; its own bits, row-invariant)
     cfg.setdefault("SF", _SF_DEFAULT if qtype == "Q4_K" and backend == "cuda" else 0)
+    # DW: Q4_K / Q5_K's f16 d / dmin read as aligned words (triton_tiles._kscales): the same
+    # values; only where the planes hold an even count (the last word inside them)
     cfg.setdefault("DW", _DW_DEFAULT)
     if qtype not in ("Q4_K", "Q5_K") or (n * (k // 256)) % 2:
         cfg["DW"] = 0
@@ -391,44 +392,6 @@ def _operands(x: torch.Tensor, w, override: dict) -> tuple:
 _FEWER_STAGES: dict[tuple, int] = {}     # (qtype, n, k, row slices, dtype) -> stages that fit
 
 
-# The step after a split matmul (the residual and norm after o and down, the SwiGLU of a split
-# gate|up) runs in the matmul's tail when the rows are few (plain steps, small windows): the
-# launch's last program does it (_packed_mm_kernel's TAIL), instead of a launch of its own. The
-# same bits either way (triton_fused: order-free norm sums, elementwise SwiGLU). Opt-in,
-# SPECSCOPE_TAIL=1 (triton_fused.TAILS); a tail's tile holds at most _TAIL_ELEMS values.
-_TAIL_ELEMS = 8192
-_TAIL_COUNTERS: dict = {}      # device -> int32 [1]: programs done; each tail resets it to 0
-
-
-def tail_rows(width: int, on: bool | None = None) -> int:
-    """How many rows a matmul's tail takes for a step over `width` values (0: tails off; on:
-    default triton_fused.TAILS)."""
-    on = triton_fused.TAILS if on is None else on
-    return max(1, _TAIL_ELEMS // triton.next_power_of_2(width)) if on else 0
-
-
-def _tail_counter(device: torch.device) -> torch.Tensor:
-    # created on first use, a warm-up run before any graph capture (as attention's counters)
-    c = _TAIL_COUNTERS.get(device)
-    if c is None:
-        c = _TAIL_COUNTERS[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return c
-
-
-def _tail_args(tail, dst, m: int) -> tuple:
-    """(cnt, tx, th, tw, tsx, tsh, eps) and the constexprs of a tail (kind, x, h, w, eps, width,
-    hb, splits), or placeholders for none."""
-    if tail is None:
-        return (dst, dst, dst, dst, 0, 0, 0.0), {}
-    kind, x, h, w, eps, width, hb, splits = tail
-    if m > MAX_ROWS or h.stride(-1) != 1 or (x is not None and x.stride(-1) != 1):
-        raise ValueError("packed matmul tail: at most 64 rows of contiguous outputs")
-    return ((_tail_counter(h.device), x if x is not None else h, h, w if w is not None else h,
-             x.stride(0) if x is not None else 0, h.stride(0), float(eps)),
-            {"TAIL": kind, "TS": splits, "TB": triton.next_power_of_2(width),
-             "RB": triton.next_power_of_2(m), "HB": hb})
-
-
 def _variant_kwargs(cfg: dict, qtype: str, m: int, dtype: torch.dtype, ieee: int, rdna: bool,
                     si: bool, xp: bool, sf: bool) -> dict:
     """The launch's optional constexprs and options (_launch): each named only when on, so a
@@ -460,7 +423,7 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
             tail: tuple | None = None) -> None:
     """The dequantizing kernel over x2's rows, 64 at a time: dst rows follow x2's (stride som;
     split partials at stride sop). tail: the step that reads the partials, run by the launch's
-    last program (_tail_args)."""
+    last program (triton_fused.tail_args)."""
     grid = (triton.cdiv(n, cfg["BN"]), cfg["splits"])
     # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
     # dot_precision.py); 0 for 16-bit activations
@@ -489,7 +452,7 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
         # there, one stage for float32 and 3-4 slices, two for 2 slices. Stages move loads, not
         # arithmetic: the bits do not change.
         stages = _stages(cfg, m, gpu_backend() == "hip", ieee)
-        targs, tkw = _tail_args(tail, dst, m)
+        targs, tkw = triton_fused.tail_args(tail, dst, m, MAX_ROWS)
         pdl = matmul_pdl_kwargs(xc, k // cfg["splits"] * _P0_BYTES.get(qtype, 128) // 256)
         pl = planes if aux is None else [*planes[:5], aux[r0:r0 + MAX_ROWS]]
         while True:

@@ -229,7 +229,7 @@ def test_the_attention_check_does_not_depend_on_the_cpu_float32_mode(capsys):
     oneDNN's bfloat16 mode. The reference is float64 now: with that mode on, float32 still
     passes at 1e-5; and a reference with the wrong tree (siblings see each other) fails."""
     from engine.kernels.window_layout import WindowLayout, ancestor_table
-    from engine.kernels.kernel_catalog import attention_reference
+    from engine.kernels.catalog_attention import attention_reference
     from engine.kernels.triton_attention import layout_attention_triton
     from specscope.doctor import judge_kernel
     mm = torch.backends.mkldnn.matmul
@@ -261,7 +261,7 @@ def test_attention_over_many_splits_keeps_its_rows_and_sums(capsys):
     against the float64 reference, and its last row equal, bit for bit, to the same row alone
     (its ancestors committed), whichever combine chunk its splits fall in."""
     from engine.kernels.window_layout import WindowLayout, ancestor_table
-    from engine.kernels.kernel_catalog import attention_reference
+    from engine.kernels.catalog_attention import attention_reference
     from engine.kernels.triton_attention import CH, SPLIT_BLOCKS, layout_attention_triton
     g = torch.Generator().manual_seed(5)
     cap = 2048
