@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 BLOCK = 64          # logical positions per block (block boundaries at multiples of this)
@@ -32,7 +33,14 @@ def ancestor_table(depths: Sequence[int], ancestors: torch.Tensor, width: int | 
     root is row 0 at depth 0). `ancestors` [R, R] bool: itself and its ancestors, one per depth
     (what TokenTree.ancestor_mask and runtime.chain give). Unused entries are 0."""
     R = len(depths)
-    anc = torch.zeros(R, width or R, dtype=torch.long)
-    rows, cols = ancestors.nonzero(as_tuple=True)
-    anc[rows, torch.as_tensor(depths, dtype=torch.long)[cols]] = cols
-    return anc
+    anc = np.zeros((R, width or R), dtype=np.int64)
+    fill_ancestor_table(anc, depths, ancestors)
+    return torch.from_numpy(anc)
+
+
+def fill_ancestor_table(out: np.ndarray, depths: Sequence[int], ancestors: torch.Tensor) -> None:
+    """ancestor_table's entries written into `out` [>= R, >= R] (zeroed where unused). NumPy,
+    not torch: a window's table is built on the host between two passes, where each torch call
+    on a small tensor costs microseconds (bench/host_replay.py)."""
+    rows, cols = np.nonzero(ancestors.cpu().numpy())
+    out[rows, np.asarray(depths, dtype=np.int64)[cols]] = cols

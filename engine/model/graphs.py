@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
+import numpy as np
 import torch
 
 from engine.kernels.pass_launch import pass_launches
-from engine.kernels.window_layout import WindowLayout, ancestor_table
+from engine.kernels.window_layout import WindowLayout, fill_ancestor_table
 from engine.model.cache import KVCache
 
 if TYPE_CHECKING:
@@ -133,14 +134,15 @@ class GraphBucket:
         """Run the bucket on a window of R <= B rows at committed length n (ancestors [R, R])."""
         B, R = self.rows, len(tokens)
         h = staging(self.packed.numel(), self.pinned)
-        h[:R] = torch.tensor(tokens)
-        h[B:B + R] = torch.tensor(depths)
-        pad = torch.arange(1, B - R + 1)
-        h[B + R:2 * B] = pad                             # padded rows: positions past the window
-        h[2 * B] = n
-        a = h[2 * B + 1:].view(B, B)
-        a[:R, :R] = ancestor_table(depths, ancestors)
-        a[torch.arange(R, B), pad] = torch.arange(R, B)  # padded rows see the root and themselves
+        flat = h.numpy()                                 # filled in place: NumPy on the host
+        flat[:R] = tokens
+        flat[B:B + R] = depths
+        pad = np.arange(1, B - R + 1)
+        flat[B + R:2 * B] = pad                          # padded rows: positions past the window
+        flat[2 * B] = n
+        a = flat[2 * B + 1:].reshape(B, B)
+        fill_ancestor_table(a, depths, ancestors)
+        a[np.arange(R, B), pad] = np.arange(R, B)        # padded rows see the root and themselves
         self.packed.copy_(h, non_blocking=True)
         self._run()
 

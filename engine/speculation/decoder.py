@@ -16,6 +16,7 @@ windows. The decoder knows nothing of Qt.
 from __future__ import annotations
 
 import dataclasses
+import math
 import queue
 import threading
 import time
@@ -215,7 +216,7 @@ class Decoder:
         scores = session.verify([tree.root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
                                 need_logits=verifier.need_logits, summary=verifier.summary,
                                 ahead=ahead)
-        if not bool(scores.top_values[:, 0].isfinite().all()):   # NaN ranks first in topk
+        if not all(map(math.isfinite, scores.top_values[:, 0].tolist())):   # NaN ranks first
             raise NumericalError(
                 f"the model's logits are NaN or infinite at position {session.length}: its weights or "
                 "metadata are broken" + ("; or float16 overflowed: try --dtype bfloat16 or float32"
@@ -253,7 +254,8 @@ class Decoder:
                           text=self.tok.token_text, notice=self.factory.notice)
         self.factory.notice = ""
         parts.policy.observe(ev)
-        return dataclasses.replace(ev, stats=self.run_stats.stats(self._floor_state()))
+        floor = self._floor_state()
+        return ev if floor == "off" else dataclasses.replace(ev, stats=self.run_stats.stats(floor))
 
     def _floor_state(self) -> str:
         return self.factory.floor.state if self.factory.floor is not None else "off"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from engine.errors import ParameterError
@@ -133,14 +134,14 @@ class TokenTree:
         The committed prefix is not part of this mask; every row also attends to all of it.
         """
         r = self.n_rows
-        mask = torch.zeros(r, r, dtype=torch.bool)
+        mask = np.zeros((r, r), dtype=np.bool_)     # NumPy: built on the host between passes
         mask[:, 0] = True
-        mask[0, 0] = True
         for i, p in enumerate(self.parents):
             # rows are topologically ordered, so the parent's row is complete already
             mask[i + 1] = mask[p + 1]
             mask[i + 1, i + 1] = True
-        return mask.to(device) if device is not None else mask
+        out = torch.from_numpy(mask)
+        return out.to(device) if device is not None else out
 
     def positions(self, base: int, device: torch.device | str | None = None) -> torch.Tensor:
         """[R] long: the root at `base`, node i at base + depth(i)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from engine.speculation import events
@@ -252,7 +253,13 @@ def verify_greedy_top_k(tree: TokenTree, top_values: torch.Tensor,
     if top_ids.dim() != 2 or top_ids.shape[0] != n_rows or top_ids.shape[1] < 2:
         raise ValueError(f"verify wants top-k ids [{n_rows}, k >= 2], got {tuple(top_ids.shape)}")
     targets = top_ids[:, 0].tolist()
-    near_ties = ((top_values[:, 0] - top_values[:, 1]) < tie_margin).tolist()
+    top2 = top_values[:, :2]
+    if top2.dtype == torch.float32 and top2.device.type == "cpu":
+        # NumPy, the same float32 sums: a window's verdict is host work between two passes
+        v = top2.numpy()
+        near_ties = ((v[:, 0] - v[:, 1]) < np.float32(tie_margin)).tolist()
+    else:
+        near_ties = ((top2[:, 0] - top2[:, 1]) < tie_margin).tolist()
     none: list = [None] * n_rows
     return _greedy_outcome(tree, targets, near_ties, None, none, list(none), list(none),
                            [False] * n_rows)

@@ -36,6 +36,34 @@ def test_bucketed_verify_equals_eager(runtimes, tokenizer) -> None:
     assert torch.equal(out[0].top_ids[:, 0], out[1].top_ids[:, 0])
 
 
+def test_a_bucket_uploads_each_rows_token_position_and_ancestors(runtimes, tokenizer) -> None:
+    """The one host -> device upload of a bucketed pass (built with NumPy on the host), read back
+    and checked against the tree's own walk up its parents: each row's token and depth, the
+    padded rows' positions past the window, the committed length, and row r's ancestor at depth
+    j in the table (a padded row: itself, at its depth past the window)."""
+    _, bucketed = runtimes
+    prefix = tokenizer.encode("def add(a, b):\n    return a + b\n")
+    ses = bucketed.session(len(prefix) + 64)
+    ses.prefill(prefix[:-1])
+    rng = random.Random(3)
+    for R in (1, 2, 11, 16, 17):
+        tokens = [prefix[-1]] + [rng.randrange(1000) for _ in range(R - 1)]
+        tree = TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
+        ses.verify(tokens, tree.row_depths, tree.ancestor_mask(), need_logits=False)
+        g = ses._bucket(R)
+        B, n = g.rows, ses.length
+        packed = g.packed.tolist()
+        assert packed[:R] == tokens and packed[R:B] == [0] * (B - R)
+        assert packed[B:2 * B] == list(tree.row_depths) + list(range(1, B - R + 1))
+        assert packed[2 * B] == n
+        table = [packed[2 * B + 1 + r * B:2 * B + 1 + (r + 1) * B] for r in range(B)]
+        for r in range(R):
+            walk = [0] + [i + 1 for i in tree.path_to(r - 1)]
+            assert table[r] == walk + [0] * (B - len(walk)), (R, r)
+        for r in range(R, B):           # at depth r - R + 1: itself, above it the root (0)
+            assert table[r] == [0] * (r - R + 1) + [r] + [0] * (B - r + R - 2), (R, r)
+
+
 def test_prompt_longer_than_context_is_a_clear_error(runtimes) -> None:
     eager, _ = runtimes
     with pytest.raises(ParameterError, match="context"):
