@@ -1,4 +1,5 @@
 #!/bin/bash
+# Recreate the "before" side first: git worktree add /tmp/hp/before eb79e99 && cp bench/host_replay.py /tmp/hp/before/bench/
 # before (eb79e99) and after (this tree), alternated, same bench file
 cd /work/main
 out=bench/results/issue36_host_2026-12-07
