@@ -256,8 +256,9 @@ def verify_greedy_top_k(tree: TokenTree, top_values: torch.Tensor,
     top2 = top_values[:, :2]
     if top2.dtype == torch.float32 and top2.device.type == "cpu":
         # NumPy, the same float32 sums: a window's verdict is host work between two passes
-        v = top2.numpy()
-        near_ties = ((v[:, 0] - v[:, 1]) < np.float32(tie_margin)).tolist()
+        v = top2.detach().numpy()
+        with np.errstate(invalid="ignore", over="ignore"):     # inf rows: as torch, silently
+            near_ties = ((v[:, 0] - v[:, 1]) < np.float32(tie_margin)).tolist()
     else:
         near_ties = ((top2[:, 0] - top2[:, 1]) < tie_margin).tolist()
     none: list = [None] * n_rows
