@@ -12,10 +12,18 @@ from typing import Any
 from engine.io.workloads import code_edit_rows as code_edit_prompts
 from engine.io.workloads import specbench_rows as specbench
 
-__all__ = ["code_edit_prompts", "specbench", "median", "machine", "record", "RESULTS"]
+__all__ = ["code_edit_prompts", "specbench", "specbench_ids", "median", "machine", "record", "RESULTS"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+
+
+def specbench_ids(tokenizer, n: int, start: int = 200) -> list[list[int]]:
+    """n Spec-Bench prompts from row `start` (the host benchmarks' held-out rows), each row's
+    turns joined and encoded without special tokens."""
+    from engine.io.workloads import SPECBENCH_FILE, read_jsonl
+    rows = read_jsonl(SPECBENCH_FILE)[start:start + n]
+    return [tokenizer.encode(" ".join(r["turns"]), add_special_tokens=False) for r in rows]
 
 
 def median(xs: list[float]) -> float:

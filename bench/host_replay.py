@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 SETTINGS = {
     "plain": dict(draft="none"),
@@ -79,16 +80,14 @@ def main() -> None:
     ap.add_argument("--json")
     a = ap.parse_args()
     import torch
-    from engine.io.load import load_model
-    from engine.io.workloads import SPECBENCH_FILE, read_jsonl
+    from common import specbench_ids
+    from engine.io.load import default_model_path, load_model
     from engine.model import graphs
     from engine.model.runtime import Runtime
-    from engine.io.load import default_model_path
     rt = Runtime(load_model(a.model or str(default_model_path())), device="cpu", capacity=2048,
                  graphs=True)
     rt.tokenizer.eos_ids = ()                     # every run takes all its windows
-    rows = read_jsonl(SPECBENCH_FILE)[200:200 + a.prompts]
-    prompts = [rt.tokenizer.encode(" ".join(r["turns"]), add_special_tokens=False) for r in rows]
+    prompts = specbench_ids(rt.tokenizer, a.prompts)
     print(f"{rt.device_name} {rt.dtype_name} {rt.weights_label}, torch {torch.__version__}; "
           f"prompts of {', '.join(str(len(p)) for p in prompts)} tokens, {a.tokens} new each, "
           f"detail {'on' if a.detail else 'off'}", flush=True)

@@ -74,12 +74,11 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--json")
     a = ap.parse_args()
+    from common import specbench_ids
     from engine.io.load import load_model
-    from engine.io.workloads import SPECBENCH_FILE, read_jsonl
     from engine.model.runtime import Runtime
     rt = Runtime(load_model(a.model), device=a.device, capacity=2048)
-    rows = read_jsonl(SPECBENCH_FILE)[200:200 + a.prompts]
-    prompts = [rt.tokenizer.encode(" ".join(r["turns"]), add_special_tokens=False) for r in rows]
+    prompts = specbench_ids(rt.tokenizer, a.prompts)
     print(f"{rt.device_name} {rt.dtype_name} {rt.weights_label}; prompts of "
           f"{', '.join(str(len(p)) for p in prompts)} tokens, {a.tokens} new each", flush=True)
     run(rt, prompts[0], "plain", 8)                 # graphs captured, kernels compiled
