@@ -46,9 +46,9 @@ class Recorder:
     def __call__(self, bucket) -> None:
         if self.mode == "record":
             self.real_run(bucket)
-            self.tape.append((bucket.logits, bucket.top_values, bucket.top_ids))
+            self.tape.append((bucket.logits, bucket.top_values, bucket.top_ids, bucket.top))
             return
-        bucket.logits, bucket.top_values, bucket.top_ids = self.tape[self.at]
+        bucket.logits, bucket.top_values, bucket.top_ids, bucket.top = self.tape[self.at]
         self.at += 1
 
 

@@ -121,13 +121,16 @@ class GraphBucket:
                                    layout=WindowLayout(n, depth, table), exit_layer=exit_layer)
             with pass_launches(getattr(rt.model, "pdl", True)):   # as the model's pass
                 values, ids = top_k(logits, TOPK)
-            return logits, values.float(), ids
+            values = values.float()
+            # what a fast-path read takes to the host in ONE copy: the top k's values, then its
+            # ids as float32 (exact: a vocabulary is at most 2^22, engine.model.config)
+            return logits, values, ids, torch.cat([values, ids.float()], 1)
 
         self.run = run
         self.graph = None
         if dev.type != "cuda":      # CPU: the same bucket logic, run eagerly (tests use this)
             return
-        self.graph, (self.logits, self.top_values, self.top_ids) = capture(run, dev, rt._pool)
+        self.graph, (self.logits, self.top_values, self.top_ids, self.top) = capture(run, dev, rt._pool)
 
     def replay(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
                n: int) -> None:
@@ -150,7 +153,7 @@ class GraphBucket:
         if self.graph is not None:
             self.graph.replay()
         else:
-            self.logits, self.top_values, self.top_ids = self.run()
+            self.logits, self.top_values, self.top_ids, self.top = self.run()
 
     def step_on(self) -> None:
         """A one-row bucket just replayed at committed length n runs again at n + 1 on its own

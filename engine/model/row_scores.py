@@ -75,9 +75,14 @@ def read_step(summary: bool):
         if summary:
             return (summary_device(g.logits[:1], g.packed[:1], g.top_values[:1], g.top_ids[:1]),
                     lambda h: summary_scores(h, TOPK))
-        return (torch.cat([g.top_values[:1].float(), g.top_ids[:1].float()], 1),
-                lambda h: RowScores(None, h[:, :TOPK], h[:, TOPK:].long()))
+        return g.top[:1], top_scores
     return read
+
+
+def top_scores(host: torch.Tensor) -> RowScores:
+    """RowScores from a bucket's `top` rows on the host (GraphBucket: [R, 2 TOPK], the top k's
+    values, then its ids as float32)."""
+    return RowScores(None, host[:, :TOPK], host[:, TOPK:].long())
 
 
 def head_top(model, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

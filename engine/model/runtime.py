@@ -35,7 +35,7 @@ from engine.model.device import (device_name, dtype_name, one_torch_thread, pick
 from engine.errors import ParameterError
 from engine.limits import MAX_ROWS
 from engine.model.graphs import TOPK, GraphBucket, PrefillBucket, top_k
-from engine.model.row_scores import RowScores, head_top, read_step, summarize
+from engine.model.row_scores import RowScores, head_top, read_step, summarize, top_scores
 from engine.model.row_scores import top_lower_id  # noqa: F401  (re-exported: tests, callers)
 from engine.model.plain_queue import PlainQueue
 from engine.model.linear import check_cpu_kernels, cpu_fast_available
@@ -459,8 +459,9 @@ class Session:
             return self.plain_queue.scores(self.plain_queue.queue(g, n, read_step(summary), summary))
         if summary:                         # g.packed[:R]: the window's tokens, on the device
             return summarize(g.logits[:R], g.packed[:R], g.top_values[:R], g.top_ids[:R])
-        logits = g.logits[:R].float().cpu() if need_logits else None
-        return RowScores(logits, g.top_values[:R].cpu(), g.top_ids[:R].cpu())
+        scores = top_scores(g.top[:R].cpu())            # one copy back: the top k's values and ids
+        scores.logits = g.logits[:R].float().cpu() if need_logits else None
+        return scores
 
     # -- timing (the roofline probe) -----------------------------------------------------
     def time_verify_pass(self, n_rows: int, context: int, exit_layer: int | None = None) -> float:

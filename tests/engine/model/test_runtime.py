@@ -36,6 +36,30 @@ def test_bucketed_verify_equals_eager(runtimes, tokenizer) -> None:
     assert torch.equal(out[0].top_ids[:, 0], out[1].top_ids[:, 0])
 
 
+def test_a_buckets_one_copy_back_is_its_rows_top_k(runtimes, tokenizer) -> None:
+    """A bucketed pass's fast path sends its top k home in one copy (values, then ids as
+    float32): read back, it is each real row's top k of the same pass's logits exactly, ids as
+    long, and no padded row travels."""
+    _, bucketed = runtimes
+    prefix = tokenizer.encode("import os\nimport sys\n\ndef main():\n")
+    rng = random.Random(5)
+    for R in (1, 5, 16, 17):
+        tokens = [prefix[-1]] + [rng.randrange(2000) for _ in range(R - 1)]
+        tree = TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
+        got = []
+        for need in (True, False):
+            ses = bucketed.session(len(prefix) + 64)
+            ses.prefill(prefix[:-1])
+            got.append(ses.verify(tokens, tree.row_depths, tree.ancestor_mask(), need_logits=need))
+        full, fast = got
+        assert fast.logits is None and fast.top_ids.dtype == torch.long
+        assert fast.top_values.shape == fast.top_ids.shape == (R, 5)
+        want = full.logits.topk(5, dim=-1)
+        assert torch.equal(fast.top_values, want.values)
+        assert torch.equal(fast.top_ids, want.indices)
+        assert torch.equal(full.top_ids, fast.top_ids) and torch.equal(full.top_values, fast.top_values)
+
+
 def test_a_bucket_uploads_each_rows_token_position_and_ancestors(runtimes, tokenizer) -> None:
     """The one host -> device upload of a bucketed pass (built with NumPy on the host), read back
     and checked against the tree's own walk up its parents: each row's token and depth, the
