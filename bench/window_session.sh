@@ -5,7 +5,7 @@
 # tree against llama.cpp. Expects the bundled GGUF joined at /tmp/model
 # (../shared/tools/split-model-for-device), the gguf wheel in .whl and llama.cpp's source in
 # .peers (../shared/tools/llamacpp-on-device). Results in $OUT.
-#   bash bench/window_session.sh check   # llama.cpp built in the background while the doctor and
+#   bash bench/window_session.sh check   # llama.cpp (if .peers is carried) built in the background while the doctor and
 #                                        # bench/gpu_exact_all_session.sh new run; then
 #                                        # host_steps new / old / old / new
 #   bash bench/window_session.sh tree    # bench/pdl_session.sh tree (llama.cpp's n-gram
@@ -19,7 +19,7 @@ hs() {  # tag, engine root
 }
 case "${1:-check}" in
 check)
-  lcpp_build 10 llama-bench llama-speculative-simple > /tmp/lcpp_rc.txt 2>&1 &
+  [ -d .peers ] && lcpp_build 10 llama-bench llama-speculative-simple > /tmp/lcpp_rc.txt 2>&1 &
   bash bench/gpu_exact_all_session.sh new
   step "waiting for llama.cpp"; wait; cat /tmp/lcpp_rc.txt
   rm -rf /tmp/old && mkdir -p /tmp/old && tar xzf .old/engine_old.tgz -C /tmp/old && cp -r bench assets /tmp/old/
