@@ -2,7 +2,7 @@
 "bundled: tree speculation ÷ llama.cpp's best n-gram speculation").
 
     python3 bench/tree_vs_llamacpp.py --model F.gguf --llama LLAMACPP_SPEC.json --out OUT.json \
-        [--device cuda] [--dtype bfloat16] [--configs none,tree:8:3,lookup:8:1] [--repeats 2]
+        [--device cuda] [--dtype bfloat16] [--configs none,tree:8:3,lookup:8:1,default] [--repeats 2]
 
 LLAMACPP_SPEC.json is bench/llamacpp_spec.py's output for the same model (its prompts: the
 workload and per-category count it records are reused, rendered with the model's chat template
@@ -11,7 +11,9 @@ the count llama.cpp decoded) runs each configuration; decode tok/s counts the to
 first window over the time after it (llama.cpp's "decoded N tokens in S seconds" leaves the
 prompt out too). Per prompt: llama.cpp's best n-gram variant (the fastest of spec-default,
 ngram-simple and the exported one, picked per prompt: a bound no single flag set reaches) and
-ours ÷ it; the medians over prompts are printed and written to --out.
+ours ÷ it; the medians over prompts are printed and written to --out. `default` is what
+`specscope generate` runs on that device without flags (engine.speculation.settings.user_defaults:
+on a GPU the d8 w3 tree behind the AR floor).
 """
 
 from __future__ import annotations
@@ -33,14 +35,21 @@ from llamacpp_spec import prompt_texts  # noqa: E402
 NGRAM_VARIANTS = ("spec-default", "ngram-simple", "exported")
 
 
-def parse_config(text: str):
-    """"none" | "tree:DEPTH:WIDTH" | "lookup:DEPTH:1" -> DecodeSettings keyword arguments."""
+def parse_config(text: str, device_type: str, tokens: int):
+    """"none" | "tree:DEPTH:WIDTH" | "lookup:DEPTH:1" | "default" -> DecodeSettings of `tokens`
+    new tokens ("default": the user's defaults on a device of this type)."""
+    from dataclasses import replace
+
+    from engine.speculation.settings import DecodeSettings, user_defaults
     parts = text.split(":")
+    if parts[0] == "default" and len(parts) == 1:
+        return replace(user_defaults(device_type), max_new_tokens=tokens)
     if parts[0] == "none":
-        return {"draft": "none"}
+        return DecodeSettings(draft="none", max_new_tokens=tokens)
     if len(parts) != 3 or parts[0] not in ("tree", "lookup"):
-        raise SystemExit(f"--configs: {text!r} is not none, tree:D:W or lookup:D:W")
-    return {"draft": parts[0], "depth": int(parts[1]), "width": int(parts[2])}
+        raise SystemExit(f"--configs: {text!r} is not none, tree:D:W, lookup:D:W or default")
+    return DecodeSettings(draft=parts[0], depth=int(parts[1]), width=int(parts[2]),
+                          max_new_tokens=tokens)
 
 
 def llama_best(spec: dict) -> dict[str, dict]:
@@ -71,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--configs", default="none,tree:8:3,lookup:8:1")
+    ap.add_argument("--configs", default="none,tree:8:3,lookup:8:1,default")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=128)
     a = ap.parse_args(argv)
@@ -87,17 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     from engine.io.load import load_model
     from engine.model.runtime import Runtime
     from engine.speculation.decoder import Decoder
-    from engine.speculation.settings import DecodeSettings
     lm = load_model(a.model)
     rt = Runtime(lm, device=a.device, dtype=a.dtype)
-    configs = {c: parse_config(c) for c in a.configs.split(",") if c}
+    configs = {c: parse_config(c, rt.device.type, a.tokens) for c in a.configs.split(",") if c}
     rows = []
     for p in prompts:
         ids = lm.tokenizer.encode(p["text"], add_special_tokens=False)
         row = {"prompt": p["id"], "category": p["category"], "llama": best[p["id"]], "ours": {}}
         for rep in range(a.repeats + 1):             # the first round warms every bucket up
-            for name, kw in configs.items():
-                dec = Decoder(rt, ids, DecodeSettings(max_new_tokens=a.tokens, **kw), detail=False)
+            for name, settings in configs.items():
+                dec = Decoder(rt, ids, settings, detail=False)
                 r = run_after_first_window(dec)
                 if rep:
                     row["ours"].setdefault(name, []).append(r["decode_tok_s"])
