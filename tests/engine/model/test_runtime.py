@@ -13,6 +13,13 @@ from engine.model.runtime import Runtime, chain
 from engine.speculation.tree import TokenTree
 
 
+def random_window(root: int, R: int, rng: random.Random, vocab: int) -> tuple[list[int], TokenTree]:
+    """A window of R rows from `root`: random tokens below `vocab`, each row hung from a random
+    earlier row."""
+    tokens = [root] + [rng.randrange(vocab) for _ in range(R - 1)]
+    return tokens, TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
+
+
 @pytest.fixture(scope="module")
 def runtimes(loaded_model):
     eager = Runtime(loaded_model, "cpu", "float32", capacity=256, graphs=False)
@@ -25,8 +32,7 @@ def test_bucketed_verify_equals_eager(runtimes, tokenizer) -> None:
     prefix = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
     rng = random.Random(0)
     R = 11    # pads to the 16-row bucket
-    tokens = [prefix[-1]] + [rng.randrange(1000) for _ in range(R - 1)]
-    tree = TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
+    tokens, tree = random_window(prefix[-1], R, rng, 1000)
     out = []
     for rt in (eager, bucketed):
         ses = rt.session(len(prefix) + 64)
@@ -44,8 +50,7 @@ def test_a_buckets_one_copy_back_is_its_rows_top_k(runtimes, tokenizer) -> None:
     prefix = tokenizer.encode("import os\nimport sys\n\ndef main():\n")
     rng = random.Random(5)
     for R in (1, 5, 16, 17):
-        tokens = [prefix[-1]] + [rng.randrange(2000) for _ in range(R - 1)]
-        tree = TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
+        tokens, tree = random_window(prefix[-1], R, rng, 2000)
         got = []
         for need in (True, False):
             ses = bucketed.session(len(prefix) + 64)
@@ -71,8 +76,7 @@ def test_a_bucket_uploads_each_rows_token_position_and_ancestors(runtimes, token
     ses.prefill(prefix[:-1])
     rng = random.Random(3)
     for R in (1, 2, 11, 16, 17):
-        tokens = [prefix[-1]] + [rng.randrange(1000) for _ in range(R - 1)]
-        tree = TokenTree.from_rows(tokens, [-1] + [rng.randrange(i) for i in range(1, R)])
+        tokens, tree = random_window(prefix[-1], R, rng, 1000)
         ses.verify(tokens, tree.row_depths, tree.ancestor_mask(), need_logits=False)
         g = ses._bucket(R)
         B, n = g.rows, ses.length
