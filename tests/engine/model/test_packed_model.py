@@ -61,9 +61,9 @@ def test_packed_logits_match_float32_on_the_code_edit_prompts(packed_runtime, cp
         assert err < 1e-3, (p["id"], err)
 
 
-# The packed runtime's greedy output (lookup decoding, 64 tokens, the first two code-edit
+# The packed runtime's greedy output (lookup decoding, 40 tokens, the first two code-edit
 # prompts) must equal float32 plain decoding's: checked in test_parity.py's
-# test_greedy_output_matches_transformers_for_64_tokens, which decodes those prompts in float32
+# test_greedy_output_matches_transformers, which decodes those prompts in float32
 # anyway (and compares them with transformers).
 
 
