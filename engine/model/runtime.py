@@ -37,7 +37,7 @@ from engine.limits import MAX_ROWS
 from engine.model.graphs import TOPK, GraphBucket, PrefillBucket, top_k
 from engine.model.row_scores import RowScores, head_top, read_step, summarize, top_scores
 from engine.model.row_scores import top_lower_id  # noqa: F401  (re-exported: tests, callers)
-from engine.model.plain_queue import PlainQueue
+from engine.model.plain_queue import PlainQueue, Step
 from engine.model.linear import check_cpu_kernels, cpu_fast_available
 from engine.model.transformer import Transformer
 from engine.weights import CPU_FAST_TYPES
@@ -449,12 +449,13 @@ class Session:
 
     def _verify_graph(self, tokens: Sequence[int], depths: Sequence[int], ancestors: torch.Tensor,
                       n: int, need_logits: bool, exit_layer: int | None = None,
-                      summary: bool = False, queue: bool = False) -> RowScores:
-        R = len(tokens)
-        g = self._bucket(R, exit_layer)
+                      summary: bool = False, queue: bool = False, wait: bool = True) -> RowScores:
+        g = self._bucket(R := len(tokens), exit_layer)
         if n + g.rows > self.cache.capacity:
             raise ParameterError("the window does not fit in the KV cache")
         g.replay(tokens, depths, ancestors, n)
+        if not wait:                        # launch: the top k's copy home, not waited for
+            return Step(g.top[:R], top_scores, g.pinned)
         if queue and n + 2 <= self.cache.capacity:      # verify's ahead: a plain step, one row
             return self.plain_queue.scores(self.plain_queue.queue(g, n, read_step(summary), summary))
         if summary:                         # g.packed[:R]: the window's tokens, on the device
@@ -463,9 +464,30 @@ class Session:
         scores.logits = g.logits[:R].float().cpu() if need_logits else None
         return scores
 
-    # -- timing (the roofline probe) -----------------------------------------------------
     def time_verify_pass(self, n_rows: int, context: int, exit_layer: int | None = None) -> float:
         return time_pass(self, n_rows, context, exit_layer)
+
+
+def launch(self: Session, tokens: Sequence[int], depths: Sequence[int],
+           ancestors: torch.Tensor, need_logits: bool = True, summary: bool = False,
+           ahead: bool = False) -> "Step | RowScores":
+    """Session.verify, without waiting where it need not. A window of the graph's
+    fast path (no logits, no summary, not a plain step) comes back as a Step
+    (engine.model.plain_queue) whose top k is on its way to the host; `Step.scores()` waits for
+    it, so the host may do other work (the last window's event) while the card runs the pass.
+    Anything else is `verify`'s RowScores, already there. Nothing may run on the session
+    between the launch and `scores()`."""
+    R = len(tokens)
+    if R > 1 and self.runtime.use_graphs and not need_logits and not summary:
+        if len(depths) != R or tuple(ancestors.shape) != (R, R):
+            raise ValueError(f"a window of {R} rows needs {R} depths and ancestors [{R}, {R}], "
+                             f"got {len(depths)} and {tuple(ancestors.shape)}")
+        with torch.inference_mode():
+            self.plain_queue.drop()
+            return self._verify_graph(tokens, depths, ancestors, self.cache.length, False,
+                                      wait=False)
+    return self.verify(tokens, depths, ancestors, need_logits=need_logits, summary=summary,
+                       ahead=ahead)
 
 
 def time_pass(self: Session, n_rows: int, context: int, exit_layer: int | None = None) -> float:

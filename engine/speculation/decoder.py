@@ -29,7 +29,8 @@ from engine.cost.plan import Plan
 from engine.errors import NumericalError, ParameterError
 from engine.limits import MAX_ROWS
 from engine.model.device import synchronize
-from engine.model.runtime import RowScores, Runtime, Session
+from engine.model.plain_queue import Step
+from engine.model.runtime import RowScores, Runtime, Session, launch
 from engine.speculation import events as E
 from engine.speculation.drafters import DraftRequest, Drafter
 from engine.speculation.factory import Parts, PartsFactory, Verifier
@@ -160,6 +161,12 @@ class Decoder:
             session.close()
 
     def _loop(self, session: Session, parts: Parts) -> Iterator[E.WindowEvent]:
+        """The windows. Where the policy learns nothing from events (a fixed window, plain
+        decoding) and the card runs a window's pass without the host waiting (Session.launch),
+        a window's event is built and yielded after the NEXT window's pass is launched: the
+        host's event work and the consumer's run while the card computes. The order of the
+        events, their contents and every token are the same; a stop seen after such a yield
+        drops the launched pass, uncommitted, so no window is committed after a stop."""
         session.warm_up()
         for d in parts.drafters.values():
             d.begin(session)
@@ -170,13 +177,18 @@ class Decoder:
         synchronize(self.rt.device)
         eos = set(self.tok.eos_ids)
         stats = self.run_stats
+        held: Callable[[], E.WindowEvent] | None = None    # the last window's event, not yet built
         while True:
             if self.stop.is_set():
+                if held is not None:
+                    yield held()
                 self.finish_reason = "stopped"
                 return
             parts = self._apply_controls(parts, session)
             remaining = self.settings.max_new_tokens - len(stats.new_tokens)
             if remaining <= 0:
+                if held is not None:
+                    yield held()
                 self.finish_reason = "length"
                 return
             t0 = time.perf_counter()
@@ -186,22 +198,42 @@ class Decoder:
             # a plain step followed by another whatever its token: queue that one on the device
             # behind it (Session.verify's ahead), as long as the request has a token left for it
             ahead = plan.plain and remaining > 1 and plain_ahead(parts.policy)
-            scores = self._verify(tree, session, parts.verifier, ahead)
-            t2 = time.perf_counter()
-            outcome = parts.verifier(tree, scores, self.context, self.rng)
-            emitted, kinds, finish = self._commit(outcome, session, remaining, eos)
-            if not plan.plain:
-                parts.drafters[plan.drafter].observe(outcome)
-            stats.count(tree, outcome, emitted)
-            t3 = time.perf_counter()
-            stats.timed(tree, t3 - t0, t3 - t_start)
-            self.finish_reason = finish
-            if self.on_verify is not None:
-                self.on_verify(tree, scores)
-            yield self._emit(plan, parts, tree, scores, outcome, emitted, kinds, finish,
-                             (t1 - t0, t2 - t1, t3 - t2))
-            if finish:
-                return
+            pending = self._launch(tree, session, parts.verifier, ahead)
+            emit_s = 0.0
+            if held is not None:                # the last window's event, while the card runs
+                te = time.perf_counter()
+                yield held()
+                held = None
+                emit_s = time.perf_counter() - te
+                if self.stop.is_set():          # this window's pass is dropped, uncommitted
+                    if isinstance(pending, Step):
+                        pending.scores()
+                    self.finish_reason = "stopped"
+                    return
+            scores = self._scores(pending, session)
+            build, finish = _close_window(self, parts, plan, tree, scores, session, remaining, eos,
+                                          (t0, t1, time.perf_counter()), emit_s, t_start)
+            if finish or not isinstance(pending, Step) or getattr(parts.policy, "observes", True):
+                yield build()
+                if finish:
+                    return
+            else:
+                held = build
+
+    def _launch(self, tree: TokenTree, session: Session, verifier: Verifier,
+                ahead: bool) -> "Step | RowScores":
+        return launch(session, [tree.root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
+                              need_logits=verifier.need_logits, summary=verifier.summary,
+                              ahead=ahead)
+
+    def _scores(self, pending: "Step | RowScores", session: Session) -> RowScores:
+        scores = pending.scores() if isinstance(pending, Step) else pending
+        if not all(map(math.isfinite, scores.top_values[:, 0].tolist())):   # NaN ranks first
+            raise NumericalError(
+                f"the model's logits are NaN or infinite at position {session.length}: its weights or "
+                "metadata are broken" + ("; or float16 overflowed: try --dtype bfloat16 or float32"
+                                         if self.rt.dtype_name == "float16" else ""))
+        return scores
 
     def _propose(self, plan: Plan, drafter: Drafter | None, session: Session) -> TokenTree:
         root = self.context[-1]
@@ -210,18 +242,6 @@ class Decoder:
         rows = min(MAX_ROWS, plan.rows, session.window_room())   # never more than a pass holds
         return drafter.propose(DraftRequest(self.context, self.index, root, plan.depth,
                                             plan.width, rows, self.settings.sampling, self.rng))
-
-    def _verify(self, tree: TokenTree, session: Session, verifier: Verifier,
-                ahead: bool = False) -> RowScores:
-        scores = session.verify([tree.root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
-                                need_logits=verifier.need_logits, summary=verifier.summary,
-                                ahead=ahead)
-        if not all(map(math.isfinite, scores.top_values[:, 0].tolist())):   # NaN ranks first
-            raise NumericalError(
-                f"the model's logits are NaN or infinite at position {session.length}: its weights or "
-                "metadata are broken" + ("; or float16 overflowed: try --dtype bfloat16 or float32"
-                                         if self.rt.dtype_name == "float16" else ""))
-        return scores
 
     def _commit(self, outcome: VerifyOutcome, session: Session, remaining: int,
                 eos: set[int]) -> tuple[list[int], list[str], str]:
@@ -241,18 +261,18 @@ class Decoder:
         self.index.extend(emitted)
         return emitted, kinds, finish
 
-    def _emit(self, plan: Plan, parts: Parts, tree: TokenTree, scores: RowScores,
-              outcome: VerifyOutcome, emitted: list[int], kinds: list[str], finish: str,
-              times_s: tuple[float, float, float]) -> E.WindowEvent:
-        """The window's event; the policy learns from it before its statistics are read (the
-        AR floor's state is the one after this window)."""
-        rows = verify_rows(tree, scores, outcome, self.tok.token_text) if self.detail else []
+    def _emit(self, plan: Plan, parts: Parts, settings: DecodeSettings, tree: TokenTree,
+              outcome: VerifyOutcome, rows: list[E.VerifyRow], emitted: list[int],
+              kinds: list[str], finish: str, times_s: tuple[float, float, float],
+              notice: str) -> E.WindowEvent:
+        """The window's event, built before the next window is counted (its statistics are the
+        run's after this window); the policy learns from it before they are read (the AR
+        floor's state is the one after this window)."""
         ev = window_event(index=self.run_stats.windows - 1, context=self.context, tree=tree,
                           outcome=outcome, rows=rows, emitted=emitted, kinds=kinds,
-                          times_s=times_s, plan=plan, settings=self.settings,
+                          times_s=times_s, plan=plan, settings=settings,
                           stats=self.run_stats.stats("off"), finish=finish,
-                          text=self.tok.token_text, notice=self.factory.notice)
-        self.factory.notice = ""
+                          text=self.tok.token_text, notice=notice)
         parts.policy.observe(ev)
         floor = self._floor_state()
         return ev if floor == "off" else dataclasses.replace(ev, stats=self.run_stats.stats(floor))
@@ -294,31 +314,7 @@ class Decoder:
         return self.run_report().to_dict()
 
     def run_report(self) -> E.RunReport:
-        st = self.run_stats.stats(self._floor_state())
-        rt, floor, profile = self.rt, self.factory.floor, self.factory.profile
-        decode, base = self.run_stats.decode_tok_s(), self.baseline()
-        return E.RunReport(
-            text=self.tok.decode(self.new_tokens, skip_special_tokens=True),
-            tokens=list(self.new_tokens), new_tokens=st.new_tokens,
-            prompt_tokens=len(self.prompt_ids), windows=self.windows_done,
-            forward_passes=st.forward_passes, proposed_draft_tokens=st.proposed_draft_tokens,
-            accepted_draft_tokens=st.accepted_draft_tokens,
-            tokens_per_pass=round(st.tokens_per_pass, 4),
-            accept_rate_by_depth=[round(a, 4) for a in st.accept_rate_by_depth],
-            tok_s=round(st.tok_s, 3), wall_s=round(self.wall_s, 4), load_s=round(rt.load_s, 4),
-            finish_reason=self.finish_reason, retired=bool(floor is not None and floor.retired),
-            ar_windows=floor.ar_windows if floor is not None else 0,
-            ar_floor=floor.reason if floor is not None else "off",
-            profile=profile.id if profile is not None else None,
-            device=rt.device_name, dtype=rt.dtype_name,
-            activation_dtype=getattr(rt, "activation_dtype", rt.dtype_name), weights=rt.weights_mode,
-            weight_format=rt.weights_label, weight_bytes=rt.weight_bytes,
-            model=str(rt.loaded.source), config=self.settings.to_dict(),
-            draft=self.factory.draft_report(self.settings),
-            first_token_s=None if self.run_stats.first_s is None else round(self.run_stats.first_s, 4),
-            first_tokens=self.run_stats.first_tokens,
-            decode_tok_s=None if decode is None else round(decode, 3),
-            baseline=base.to_dict() if base is not None else None)
+        return run_report(self)
 
     def baseline(self) -> Baseline | None:
         """Plain decoding's decode speed for this run (engine.cost.baseline.plain_baseline): its
@@ -332,3 +328,60 @@ class Decoder:
         rt = self.rt
         return E.RunHeader(self.settings.to_dict(), Path(str(rt.model_id)).name, rt.device_name,
                            rt.dtype_name, rt.weights_label, prompt, len(self.prompt_ids))
+
+
+def _close_window(self: Decoder, parts: Parts, plan: Plan, tree: TokenTree, scores: RowScores,
+                  session: Session, remaining: int, eos: set[int],
+                  marks: tuple[float, float, float], emit_s: float,
+                  t_start: float) -> tuple[Callable[[], E.WindowEvent], str]:
+    """A window's verdict, commit and statistics; returns (what builds its event, the
+    finish reason or ""). `marks`: the clock at the window's start, after its drafter and
+    after its pass; `emit_s`: time spent yielding the window before it meanwhile."""
+    t0, t1, t2 = marks
+    stats = self.run_stats
+    outcome = parts.verifier(tree, scores, self.context, self.rng)
+    emitted, kinds, finish = self._commit(outcome, session, remaining, eos)
+    if not plan.plain:
+        parts.drafters[plan.drafter].observe(outcome)
+    stats.count(tree, outcome, emitted)
+    t3 = time.perf_counter()
+    stats.timed(tree, t3 - t0 - emit_s, t3 - t_start)
+    self.finish_reason = finish
+    if self.on_verify is not None:
+        self.on_verify(tree, scores)
+    # the rows' detail reads the pass's scores: taken now, before another pass runs
+    rows = verify_rows(tree, scores, outcome, self.tok.token_text) if self.detail else []
+    times = (t1 - t0, t2 - t1 - emit_s, t3 - t2)
+    notice, self.factory.notice = self.factory.notice, ""
+    settings = self.settings
+    return (lambda: self._emit(plan, parts, settings, tree, outcome, rows, emitted, kinds,
+                               finish, times, notice)), finish
+
+
+def run_report(self: Decoder) -> E.RunReport:
+    """Decoder.run_report: the run's report (RunReport; `report()` gives its JSON-ready dict)."""
+    st = self.run_stats.stats(self._floor_state())
+    rt, floor, profile = self.rt, self.factory.floor, self.factory.profile
+    decode, base = self.run_stats.decode_tok_s(), self.baseline()
+    return E.RunReport(
+        text=self.tok.decode(self.new_tokens, skip_special_tokens=True),
+        tokens=list(self.new_tokens), new_tokens=st.new_tokens,
+        prompt_tokens=len(self.prompt_ids), windows=self.windows_done,
+        forward_passes=st.forward_passes, proposed_draft_tokens=st.proposed_draft_tokens,
+        accepted_draft_tokens=st.accepted_draft_tokens,
+        tokens_per_pass=round(st.tokens_per_pass, 4),
+        accept_rate_by_depth=[round(a, 4) for a in st.accept_rate_by_depth],
+        tok_s=round(st.tok_s, 3), wall_s=round(self.wall_s, 4), load_s=round(rt.load_s, 4),
+        finish_reason=self.finish_reason, retired=bool(floor is not None and floor.retired),
+        ar_windows=floor.ar_windows if floor is not None else 0,
+        ar_floor=floor.reason if floor is not None else "off",
+        profile=profile.id if profile is not None else None,
+        device=rt.device_name, dtype=rt.dtype_name,
+        activation_dtype=getattr(rt, "activation_dtype", rt.dtype_name), weights=rt.weights_mode,
+        weight_format=rt.weights_label, weight_bytes=rt.weight_bytes,
+        model=str(rt.loaded.source), config=self.settings.to_dict(),
+        draft=self.factory.draft_report(self.settings),
+        first_token_s=None if self.run_stats.first_s is None else round(self.run_stats.first_s, 4),
+        first_tokens=self.run_stats.first_tokens,
+        decode_tok_s=None if decode is None else round(decode, 3),
+        baseline=base.to_dict() if base is not None else None)

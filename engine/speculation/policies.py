@@ -37,6 +37,9 @@ class PlanContext:
 
 
 class WindowPolicy(Protocol):
+    """A policy whose `observes` is False learns nothing from events: the decoder may build and
+    yield a window's event after the next window's pass is launched (Decoder._loop)."""
+
     def plan(self, ctx: PlanContext) -> Plan: ...
 
     def observe(self, event: WindowEvent) -> None: ...
@@ -57,6 +60,8 @@ def plain_ahead(policy: WindowPolicy) -> bool:
 
 
 class PlainPolicy:
+    observes = False      # observe() learns nothing: the decoder may yield an event late
+
     def plan(self, ctx: PlanContext) -> Plan:
         return plain_plan("none", Cause.NO_DRAFTER)
 
@@ -69,6 +74,8 @@ class PlainPolicy:
 
 class FixedPolicy:
     """Every window at the settings' depth and width; `rows_of` is the drafter's shape."""
+
+    observes = False      # observe() learns nothing: the decoder may yield an event late
 
     def __init__(self, drafter: str, depth: int, width: int, rows_of: Callable[[int, int], int],
                  cause: Cause = Cause.FIXED, **figures: object) -> None:

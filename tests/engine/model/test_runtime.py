@@ -309,3 +309,59 @@ def test_the_floor_times_plain_steps_that_came_queued(loaded_model, tokenizer, l
         assert all(timed_from_queue) and floor.ar_windows > floor.timed, timed_from_queue
     else:
         assert not timed_from_queue[0]
+
+
+
+def _fixed_tree_run(rt, tokenizer, monkeypatch, stop_after: int | None = None):
+    """A fixed d8 w3 tree run (its policy learns nothing from events) on `rt`, detail off:
+    ([(event, verify passes run when it arrived, committed length then)], the decoder).
+    `stop_after`: the consumer sets the stop flag when that event arrives."""
+    from engine.model.graphs import GraphBucket
+    from engine.speculation.decoder import Decoder
+    from engine.speculation.settings import DecodeSettings
+    runs, real_run = [0], GraphBucket._run
+
+    def counted(bucket):
+        runs[0] += 1
+        real_run(bucket)
+    monkeypatch.setattr(GraphBucket, "_run", counted)
+    ids = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
+                           "def add(a, b):\n")
+    dec = Decoder(rt, ids, DecodeSettings(draft="tree", depth=8, width=3, max_new_tokens=40),
+                  detail=False)
+    seen = []
+    for ev in dec.windows():
+        seen.append((ev, runs[0], dec.session.cache.length))
+        if stop_after is not None and ev.index == stop_after:
+            dec.stop.set()
+    monkeypatch.setattr(GraphBucket, "_run", real_run)
+    return seen, dec
+
+
+def test_a_fixed_window_yields_each_event_after_the_next_pass_is_launched(runtimes, tokenizer,
+                                                                         monkeypatch) -> None:
+    """The graph path launches a drafting window's pass without waiting (a Step) and, where the
+    policy learns nothing from events, yields the window before it meanwhile: the same events
+    and tokens as the eager path (which waits), but a drafting window's event arrives with the
+    next window's pass already run (on this CPU) and nothing more committed. A stop set on
+    such an event drops that launched pass: nothing is committed after it."""
+    eager, bucketed = runtimes
+    ref, ref_dec = _fixed_tree_run(eager, tokenizer, monkeypatch)
+    got, dec = _fixed_tree_run(bucketed, tokenizer, monkeypatch)
+    assert ref_dec.new_tokens == dec.new_tokens and len(ref) == len(got) > 4
+    key = lambda ev: (ev.index, ev.committed_len, ev.tokens, ev.parents, ev.accepted_path,
+                      ev.emitted, ev.emitted_kinds, ev.stats.new_tokens, ev.stats.forward_passes,
+                      ev.settings, ev.finished)
+    assert [key(e) for e, *_ in ref] == [key(e) for e, *_ in got]
+    # the cache holds the stream but its last token (the next root): nothing more committed
+    assert all(length == e.committed_len + len(e.emitted) - 1 for e, _, length in got)
+    # passes run when each event arrived: a drafting window's (not the last) one more, the
+    # next window's; a plain step's (one row: no Step) none. The eager path runs no bucket
+    assert all(runs == 0 for _, runs, _ in ref)
+    later = [runs - (e.index + 1) for e, runs, _ in got[:-1]]
+    assert later == [1 if e.tokens else 0 for e, *_ in got[:-1]] and 1 in later
+    stop_at = next(e.index for e, *_ in got[:-1] if e.tokens)
+    stopped, sdec = _fixed_tree_run(bucketed, tokenizer, monkeypatch, stop_after=stop_at)
+    assert sdec.finish_reason == "stopped" and stopped[-1][0].index == stop_at
+    assert sdec.new_tokens == [t for e, *_ in stopped for t in e.emitted]
+    assert sdec.new_tokens == dec.new_tokens[:len(sdec.new_tokens)]
