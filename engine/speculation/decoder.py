@@ -352,6 +352,10 @@ def _close_window(self: Decoder, parts: Parts, plan: Plan, tree: TokenTree, scor
     # the rows' detail reads the pass's scores: taken now, before another pass runs
     rows = verify_rows(tree, scores, outcome, self.tok.token_text) if self.detail else []
     times = (t1 - t0, t2 - t1 - emit_s, t3 - t2)
+    told = getattr(parts.policy, "observe_window", None)    # the AR floor, before the next plan
+    if told is not None:
+        ms = [t * 1e3 for t in times]                         # as the event's window_ms sums them
+        told(plan.depth, bool(tree.tokens), ms[0] + ms[1] + ms[2], len(emitted))
     notice, self.factory.notice = self.factory.notice, ""
     settings = self.settings
     return (lambda: self._emit(plan, parts, settings, tree, outcome, rows, emitted, kinds,

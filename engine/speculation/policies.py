@@ -1,8 +1,10 @@
 """Window policies: who drafts the next window, how deep and how wide, and why.
 
 A policy answers `plan(context)` with a frozen Plan (engine.cost.plan) before each window and
-is shown the window's event afterwards (`observe`). The decoder builds one from the settings
-(engine.speculation.factory) and never looks inside:
+is shown the window's event afterwards (`observe`); one with `observe_window` (the AR floor)
+is told the window's timing as it commits, before the next plan, so a policy whose `observes`
+is False may see its events late (engine.speculation.decoder). The decoder builds one from the
+settings (engine.speculation.factory) and never looks inside:
 
     FixedPolicy            the settings' depth and width (n-gram or model drafts)
     PricedPolicy           the window chooser's best price (--adaptive; engine.cost.chooser)
@@ -186,11 +188,21 @@ class ArFloorPolicy:
         f = self.floor
         return f.final or (f.retired and f.plain_left > 1) or f.leads() or plain_ahead(self.inner)
 
+    @property
+    def observes(self) -> bool:
+        """The floor learns at each window's commit (observe_window), before the next plan:
+        the events themselves only matter to the policy behind it."""
+        return getattr(self.inner, "observes", True)
+
+    def observe_window(self, depth: int, drafted: bool, window_ms: float, emitted: int) -> None:
+        """What the floor times, told by the decoder as the window commits (its event's depth,
+        whether it drafted, window_ms and emitted count)."""
+        if depth == 0 and self.floor.want_plain_step():
+            self.floor.record_plain(window_ms)
+        elif drafted:
+            self.floor.record_window(window_ms, emitted)
+
     def observe(self, event: WindowEvent) -> None:
-        if event.depth == 0 and self.floor.want_plain_step():
-            self.floor.record_plain(event.window_ms)
-        elif event.tokens:
-            self.floor.record_window(event.window_ms, len(event.emitted))
         self.inner.observe(event)
 
 

@@ -312,10 +312,11 @@ def test_the_floor_times_plain_steps_that_came_queued(loaded_model, tokenizer, l
 
 
 
-def _fixed_tree_run(rt, tokenizer, monkeypatch, stop_after: int | None = None):
-    """A fixed d8 w3 tree run (its policy learns nothing from events) on `rt`, detail off:
-    ([(event, verify passes run when it arrived, committed length then)], the decoder).
-    `stop_after`: the consumer sets the stop flag when that event arrives."""
+def _fixed_tree_run(rt, tokenizer, monkeypatch, stop_after: int | None = None, **settings):
+    """A fixed d8 w3 tree run (its policy learns nothing from events; `settings` may put the AR
+    floor in front) on `rt`, detail off: ([(event, verify passes run when it arrived, committed
+    length then)], the decoder). `stop_after`: the consumer sets the stop flag when that event
+    arrives."""
     from engine.model.graphs import GraphBucket
     from engine.speculation.decoder import Decoder
     from engine.speculation.settings import DecodeSettings
@@ -327,7 +328,8 @@ def _fixed_tree_run(rt, tokenizer, monkeypatch, stop_after: int | None = None):
     monkeypatch.setattr(GraphBucket, "_run", counted)
     ids = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
                            "def add(a, b):\n")
-    dec = Decoder(rt, ids, DecodeSettings(draft="tree", depth=8, width=3, max_new_tokens=40),
+    dec = Decoder(rt, ids, DecodeSettings(**dict(dict(draft="tree", depth=8, width=3,
+                                                      max_new_tokens=40), **settings)),
                   detail=False)
     seen = []
     for ev in dec.windows():
@@ -365,3 +367,9 @@ def test_a_fixed_window_yields_each_event_after_the_next_pass_is_launched(runtim
     assert sdec.finish_reason == "stopped" and stopped[-1][0].index == stop_at
     assert sdec.new_tokens == [t for e, *_ in stopped for t in e.emitted]
     assert sdec.new_tokens == dec.new_tokens[:len(sdec.new_tokens)]
+    # the AR floor in front (the GPU's user default) learns at each commit, so it defers too
+    floored, fdec = _fixed_tree_run(bucketed, tokenizer, monkeypatch, ar_floor=True)
+    assert fdec.new_tokens == dec.new_tokens
+    # (its plain steps come queued, one run ahead: only drafting events are counted here)
+    later = [runs - (e.index + 1) for e, runs, _ in floored[:-1] if e.tokens]
+    assert later and min(later) >= 1, later
