@@ -8,6 +8,10 @@
                  session.commit([root row] + accepted rows); root = last emitted token
                  emit the WindowEvent; policy.observe(event)
 
+On a card, a drafting window's pass is launched without waiting (engine.model.runtime.launch),
+and where the policy learns nothing from events the window before it is emitted meanwhile: the
+same events in the same order, each built while the next pass runs (Decoder._loop).
+
 The parts (drafters, policy, verifier) come from engine.speculation.factory; setting changes
 arrive on a queue and rebuild them at the next window boundary; a stop flag ends the run between
 windows. The decoder knows nothing of Qt.
