@@ -73,6 +73,11 @@ def llama_best(spec: dict) -> dict[str, dict]:
     return best
 
 
+# what each of our runs records beside its speed (Decoder.report's keys)
+RUN_KEYS = ("decode_tok_s", "new_tokens", "windows", "tokens_per_pass", "accepted_draft_tokens",
+            "ar_windows", "retired", "ar_floor")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
@@ -109,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_after_first_window(dec)
                 if rep:
                     row["ours"].setdefault(name, []).append(r["decode_tok_s"])
+                    # where the speed came from: windows, plain steps the AR floor took, its verdict
+                    row.setdefault("runs", {}).setdefault(name, []).append(
+                        {k: r[k] for k in RUN_KEYS})
         row["ours"] = {k: statistics.median(v) for k, v in row["ours"].items()}
         lb = row["llama"]["tok_s"]
         row["ratio"] = {k: v / lb for k, v in row["ours"].items()}
@@ -116,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{p['id']:<28} llama best {row['llama']['variant']:<13} {lb:8.1f} | "
               + " ".join(f"{k} {v:8.1f} ({row['ratio'][k]:.2f}x)" for k, v in row["ours"].items()),
               flush=True)
+        for k, runs in row["runs"].items():
+            if runs[0]["ar_floor"] != "off":       # the floor's share: its plain steps, its verdict
+                print(f"{'':<28} {k}: " + "; ".join(
+                    f"{r['windows']} windows, {r['ar_windows']} plain steps of the floor, "
+                    f"{r['tokens_per_pass']:.2f} tokens a pass, {r['ar_floor']}" for r in runs),
+                      flush=True)
     summary = {k: {"median_tok_s": statistics.median(r["ours"][k] for r in rows),
                    "median_ratio_vs_llama_best": statistics.median(r["ratio"][k] for r in rows)}
                for k in configs}
