@@ -387,9 +387,7 @@ class Session:
             raise ParameterError(f"a scratch pass at length {at} would write over the "
                                  f"{cache.length} committed tokens (or past {cache.capacity})")
         R, n = len(tokens), at
-        if len(depths) != R or tuple(ancestors.shape) != (R, R):
-            raise ValueError(f"a window of {R} rows needs {R} depths and ancestors [{R}, {R}], "
-                             f"got {len(depths)} and {tuple(ancestors.shape)}")
+        check_window(R, depths, ancestors)
         summary = summary and not need_logits
         if rt.use_graphs:
             return self._verify_graph(tokens, depths, ancestors, n, need_logits, exit_layer,
@@ -468,6 +466,13 @@ class Session:
         return time_pass(self, n_rows, context, exit_layer)
 
 
+def check_window(R: int, depths: Sequence[int], ancestors: torch.Tensor) -> None:
+    """A window of R rows comes with R depths and an [R, R] ancestor mask."""
+    if len(depths) != R or tuple(ancestors.shape) != (R, R):
+        raise ValueError(f"a window of {R} rows needs {R} depths and ancestors [{R}, {R}], "
+                         f"got {len(depths)} and {tuple(ancestors.shape)}")
+
+
 def launch(self: Session, tokens: Sequence[int], depths: Sequence[int],
            ancestors: torch.Tensor, need_logits: bool = True, summary: bool = False,
            ahead: bool = False) -> "Step | RowScores":
@@ -479,9 +484,7 @@ def launch(self: Session, tokens: Sequence[int], depths: Sequence[int],
     between the launch and `scores()`."""
     R = len(tokens)
     if R > 1 and self.runtime.use_graphs and not need_logits and not summary:
-        if len(depths) != R or tuple(ancestors.shape) != (R, R):
-            raise ValueError(f"a window of {R} rows needs {R} depths and ancestors [{R}, {R}], "
-                             f"got {len(depths)} and {tuple(ancestors.shape)}")
+        check_window(R, depths, ancestors)
         with torch.inference_mode():
             self.plain_queue.drop()
             return self._verify_graph(tokens, depths, ancestors, self.cache.length, False,

@@ -227,8 +227,7 @@ class Decoder:
     def _launch(self, tree: TokenTree, session: Session, verifier: Verifier,
                 ahead: bool) -> "Step | RowScores":
         return launch(session, [tree.root, *tree.tokens], tree.row_depths, tree.ancestor_mask(),
-                              need_logits=verifier.need_logits, summary=verifier.summary,
-                              ahead=ahead)
+                      need_logits=verifier.need_logits, summary=verifier.summary, ahead=ahead)
 
     def _scores(self, pending: "Step | RowScores", session: Session) -> RowScores:
         scores = pending.scores() if isinstance(pending, Step) else pending
