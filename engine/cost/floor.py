@@ -13,8 +13,14 @@ keep measuring, since acceptance moves along a request and a desktop's speed mov
    not, the wait doubles (up to `max_reprobe`). A tie is not cheaper; an invalid timing (not
    a positive finite ms, or no emitted token) retires for good, since nothing can be concluded.
 
-What is timed is the window's wall time (planning, drafting, the pass and the commit), so the
-host's own cost of speculating counts against it. `lead` plain steps after a window (or at the
+What is timed is the window's whole cycle, from the end of the window before it to its own end
+(the decoder's clock: the last event's yield and its consumer, planning, drafting, the pass and
+the commit), so the host's own cost of speculating counts against it, and a plain step queued
+behind another costs what plain decoding really pays a token. (Until 2026-12-07 the floor timed
+the window alone, planning to commit: a queued plain step, whose host work runs while the card
+computes, then measured 0.72-0.76 ms where plain decoding paid 0.83 ms a token on an H100, so
+the floor priced plain decoding ~13% too cheap and retired from windows that paid: 114 plain
+steps of 120 windows on a summarization prompt whose fixed tree ran 1.19x plain decoding.) `lead` plain steps after a window (or at the
 start) run untimed before the timed one: on a device that queues plain steps behind each other
 (engine.model.plain_queue) the first plain step after a window waits for its own pass, while
 the ones behind it overlap the host's work, and plain decoding runs at their pace (H100,

@@ -165,12 +165,10 @@ class Decoder:
             session.close()
 
     def _loop(self, session: Session, parts: Parts) -> Iterator[E.WindowEvent]:
-        """The windows. Where the policy learns nothing from events (a fixed window, plain
-        decoding) and the card runs a window's pass without the host waiting (Session.launch),
-        a window's event is built and yielded after the NEXT window's pass is launched: the
-        host's event work and the consumer's run while the card computes. The order of the
-        events, their contents and every token are the same; a stop seen after such a yield
-        drops the launched pass, uncommitted, so no window is committed after a stop."""
+        """The windows. Where the policy learns nothing from events and the card runs a pass
+        without the host waiting (runtime.launch), a window's event is yielded after the NEXT
+        window's pass is launched: same events, same tokens; a stop seen after such a yield
+        drops that pass uncommitted."""
         session.warm_up()
         for d in parts.drafters.values():
             d.begin(session)
@@ -179,6 +177,7 @@ class Decoder:
         # a GPU prefill runs on after the call returns: wait, so that the first window's time
         # (which the AR floor compares with) is that window's, not the prompt's
         synchronize(self.rt.device)
+        self._cycle_at = time.perf_counter()    # where the next window's cycle starts (the floor's clock)
         eos = set(self.tok.eos_ids)
         stats = self.run_stats
         held: Callable[[], E.WindowEvent] | None = None    # the last window's event, not yet built
@@ -188,7 +187,9 @@ class Decoder:
                     yield held()
                 self.finish_reason = "stopped"
                 return
-            parts = self._apply_controls(parts, session)
+            rebuilt = self._apply_controls(parts, session)
+            if rebuilt is not parts:            # a rebuild (it may probe the card) is no window's cost
+                parts, self._cycle_at = rebuilt, time.perf_counter()
             remaining = self.settings.max_new_tokens - len(stats.new_tokens)
             if remaining <= 0:
                 if held is not None:
@@ -355,10 +356,13 @@ def _close_window(self: Decoder, parts: Parts, plan: Plan, tree: TokenTree, scor
     # the rows' detail reads the pass's scores: taken now, before another pass runs
     rows = verify_rows(tree, scores, outcome, self.tok.token_text) if self.detail else []
     times = (t1 - t0, t2 - t1 - emit_s, t3 - t2)
-    told = getattr(parts.policy, "observe_window", None)    # the AR floor, before the next plan
+    # the AR floor, before the next plan: the window's whole cycle, from the end of the window
+    # before it (the event's yield, the consumer, the loop, the plan, the drafter, the pass, the
+    # commit): what a token costs, for a plain step queued behind another as for a window
+    cycle_ms, self._cycle_at = (t3 - self._cycle_at) * 1e3, t3
+    told = getattr(parts.policy, "observe_window", None)
     if told is not None:
-        ms = [t * 1e3 for t in times]                         # as the event's window_ms sums them
-        told(plan.depth, bool(tree.tokens), ms[0] + ms[1] + ms[2], len(emitted))
+        told(plan.depth, bool(tree.tokens), cycle_ms, len(emitted))
     notice, self.factory.notice = self.factory.notice, ""
     settings = self.settings
     return (lambda: self._emit(plan, parts, settings, tree, outcome, rows, emitted, kinds,

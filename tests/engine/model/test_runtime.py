@@ -373,3 +373,34 @@ def test_a_fixed_window_yields_each_event_after_the_next_pass_is_launched(runtim
     # (its plain steps come queued, one run ahead: only drafting events are counted here)
     later = [runs - (e.index + 1) for e, runs, _ in floored[:-1] if e.tokens]
     assert later and min(later) >= 1, later
+
+
+def test_the_floor_is_told_each_windows_whole_cycle(runtimes, tokenizer, monkeypatch) -> None:
+    """The AR floor prices a window by its whole cycle, from the end of the window before it:
+    a consumer that takes 30 ms over each event costs the next window those 30 ms (what plain
+    decoding or speculation really pays a token), while the event's own window_ms (planning to
+    commit) leaves them out. The cycles add up to the run's time after its prefill."""
+    import time
+    from engine.speculation.decoder import Decoder
+    from engine.speculation.policies import ArFloorPolicy
+    from engine.speculation.settings import DecodeSettings
+    told, real = [], ArFloorPolicy.observe_window
+
+    def tell(self, depth, drafted, window_ms, emitted):
+        told.append(window_ms)
+        real(self, depth, drafted, window_ms, emitted)
+    monkeypatch.setattr(ArFloorPolicy, "observe_window", tell)
+    for rt in runtimes:                    # eager (events at once) and bucketed (events deferred)
+        told.clear()
+        ids = tokenizer.encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n")
+        dec = Decoder(rt, ids, DecodeSettings(draft="tree", ar_floor=True, max_new_tokens=12),
+                      detail=False)
+        events = []
+        for ev in dec.windows():
+            events.append(ev)
+            time.sleep(0.03)
+        assert len(told) == len(events) > 3
+        assert all(c >= e.window_ms for c, e in zip(told, events))
+        # the consumer's 30 ms before each window after the first: in its cycle, not its window
+        assert all(c - e.window_ms >= 29.0 for c, e in zip(told[1:], events[1:])), told
+        assert sum(told) <= 1e3 * dec.wall_s + 1.0
