@@ -10,6 +10,8 @@
 #                                        # host_steps new / old / old / new
 #   bash bench/window_session.sh tree    # bench/pdl_session.sh tree (llama.cpp's n-gram
 #                                        # speculation and ours on the same prompts)
+#   bash bench/window_session.sh floor   # the same, this tree's fixed tree and default against
+#                                        # the older engine's default, alternated
 set -u
 . bench/device_session.sh
 hs() {  # tag, engine root
@@ -28,5 +30,17 @@ check)
   done ;;
 tree)
   bash bench/pdl_session.sh tree ;;
+floor)  # llama.cpp's n-gram speculation, then this tree's fixed tree and user default against the
+        # older engine's default (/tmp/old, unpacked by `check` on this machine), rounds alternated
+  [ -x $B/llama-speculative-simple ] || lcpp_build 16 llama-bench llama-speculative-simple
+  step "llama.cpp n-gram speculation"
+  timeout 300 python3 bench/llamacpp_spec.py --build /tmp/lcpp/llama.cpp/build --model $M --per-category 3 \
+    --tokens 128 --extra "-ngl 99 -fa on" --out $OUT/llamacpp_spec_gpu.json 2>&1 | tail -6
+  for t in new old old new; do
+    step "ours, $t"
+    if [ $t = new ]; then r=$PWD c=none,tree:8:3,default; else r=/tmp/old c=default; fi
+    timeout 200 python3 $r/bench/tree_vs_llamacpp.py --model $M --llama $OUT/llamacpp_spec_gpu.json \
+      --configs $c --out $OUT/tvl_${t}_$SECONDS.json 2>&1 | grep -v Warn | tail -9
+  done ;;
 esac
 step done
