@@ -2,25 +2,37 @@
 keep measuring, since acceptance moves along a request and a desktop's speed moves under it.
 
 1. time one ordinary plain decode step (`want_plain_step()` is True until `record_plain`);
-2. probe up to `max_probes` speculative windows, each timed (`record_window`); the first that
-   is strictly cheaper per emitted token than a plain step starts "speculating";
-3. while speculating, the cost per token of the last `recent` windows (their milliseconds over
-   their tokens) is compared with the plain step after every window: once it is not below,
-   the floor retires to plain steps; every `refresh` windows one plain step re-times plain
-   decoding (the plain cost is the median of the last five plain steps);
+2. probe up to `max_probes` speculative windows, each timed (`record_window`), judged together:
+   as soon as their milliseconds over their tokens are strictly below a plain step's, the floor
+   starts "speculating";
+3. while speculating, each of the last `recent` windows saved `tokens x plain ms - its ms`;
+   once at least `min_judge` are in and their mean saving plus `z` standard errors is not
+   above 0 (speculation loses, and not by the luck of a few windows), the floor retires to
+   plain steps. Every `refresh` windows one plain step re-times plain decoding (the plain cost
+   is the median of the last five plain steps);
 4. retired (no probe paid, or speculation stopped paying), it takes plain steps and, after
-   `reprobe` of them, probes one window again: if that window pays, speculation resumes; if
-   not, the wait doubles (up to `max_reprobe`). A tie is not cheaper; an invalid timing (not
-   a positive finite ms, or no emitted token) retires for good, since nothing can be concluded.
+   `reprobe` of them, probes again, up to `reprobes` windows judged together as in 2: if they
+   pay, speculation resumes; if not, the wait doubles (up to `max_reprobe`). A tie is not
+   cheaper; an invalid timing (not a positive finite ms, or no emitted token) retires for good,
+   since nothing can be concluded.
+
+Why evidence and not one window: what a window emits varies a lot from one window to the next
+(a d8 w3 tree emits 1 token or 9), so one unlucky probe or eight recent windows retired the
+floor from trees that paid. Until 2026-12-07 the floor retired on the recent 8 windows' cost
+and probed again with one window: on an H100 it took 114 plain steps of 120 windows on a
+summarization prompt whose fixed tree ran 1.30x plain decoding, and the user default ran below
+the fixed tree on every category. bench/floor_sim.py replays the floor over real acceptance
+(32 Spec-Bench prompts the card's comparison does not use) with a card's costs in plain steps:
+tokens a plain step's time, geometric mean, old rule 1.18 against the fixed tree's 1.23 at an
+H100's window cost (1.38 plain steps), this rule 1.23; at a dearer window (1.7) 1.09 against the
+tree's 1.07 and the old rule's 1.09. (BENCHMARKS.md, "The AR floor on evidence".)
 
 What is timed is the window's whole cycle, from the end of the window before it to its own end
 (the decoder's clock: the last event's yield and its consumer, planning, drafting, the pass and
 the commit), so the host's own cost of speculating counts against it, and a plain step queued
-behind another costs what plain decoding really pays a token. (Until 2026-12-07 the floor timed
-the window alone, planning to commit: a queued plain step, whose host work runs while the card
-computes, then measured 0.72-0.76 ms where plain decoding paid 0.83 ms a token on an H100, so
-the floor priced plain decoding ~13% too cheap and retired from windows that paid: 114 plain
-steps of 120 windows on a summarization prompt whose fixed tree ran 1.19x plain decoding.) `lead` plain steps after a window (or at the
+behind another costs what plain decoding really pays a token (timed from plan to commit, a
+queued plain step measured 0.72-0.76 ms on an H100 where plain decoding paid 0.83 ms a token).
+`lead` plain steps after a window (or at the
 start) run untimed before the timed one: on a device that queues plain steps behind each other
 (engine.model.plain_queue) the first plain step after a window waits for its own pass, while
 the ones behind it overlap the host's work, and plain decoding runs at their pace (H100,
@@ -43,15 +55,29 @@ from engine.errors import ParameterError
 PROBING, SPECULATING, RETIRED = "probing", "speculating", "retired"
 
 
+def seed_floor(max_probes: int = 3, lead: int = 0) -> "ArFloor":
+    """The write-up's floor (seed 002 § 07), the rule before 2026-12-07: up to `max_probes`
+    probes, the first one strictly cheaper than a plain step starts speculating; the last 8
+    windows' cost judged after every window; one window to probe again."""
+    return ArFloor(max_probes=max_probes, recent=8, z=0.0, min_judge=1, reprobes=1,
+                   first_pays=True, lead=lead)
+
+
 class ArFloor:
-    def __init__(self, max_probes: int = 3, recent: int = 8, refresh: int = 32, reprobe: int = 16,
-                 max_reprobe: int = 128, lead: int = 0) -> None:
-        if max_probes < 1:
-            raise ParameterError(f"the AR floor needs at least one probe window, got {max_probes}")
+    def __init__(self, max_probes: int = 6, recent: int = 32, refresh: int = 32, reprobe: int = 16,
+                 max_reprobe: int = 128, lead: int = 0, z: float = 1.0, min_judge: int = 8,
+                 reprobes: int = 6, first_pays: bool = False) -> None:
+        if max_probes < 1 or reprobes < 1:
+            raise ParameterError("the AR floor needs at least one probe window, got "
+                                 f"{min(max_probes, reprobes)}")
+        if min_judge < 1 or z < 0:
+            raise ParameterError(f"the AR floor judges at least one window with z >= 0, got "
+                                 f"{min_judge} windows, z {z}")
         if lead < 0:
             raise ParameterError(f"the AR floor's lead is a count of plain steps, got {lead}")
         self.max_probes, self.recent, self.refresh = max_probes, recent, refresh
-        self.lead = lead
+        self.lead, self.z, self.min_judge = lead, z, min_judge
+        self.reprobes, self.first_pays = reprobes, first_pays
         self.reprobe, self.max_reprobe = reprobe, max_reprobe
         self.reset()
 
@@ -138,34 +164,44 @@ class ArFloor:
             self.windows.append((float(ms), int(emitted)))
             self._judge()
             return
-        # a probe: the first one of the request, or one after a wait in plain steps
+        # a probe: the first ones of the request, or ones after a wait in plain steps, judged
+        # together (their milliseconds over their tokens)
         self.probes.append((float(ms), int(emitted)))
-        per_token, n = ms / emitted, len(self.probes)
+        n = len(self.probes)
+        if self.first_pays:        # the seed's rule: the probes one by one, the first cheaper one
+            per_token = min(m / e for m, e in self.probes)
+        else:
+            per_token = sum(m for m, _ in self.probes) / sum(e for _, e in self.probes)
+        limit = self.reprobes if self.state == RETIRED else self.max_probes
         if per_token < self.ar_ms:
             self.state = SPECULATING
             self.windows.clear()
-            self.windows.append((float(ms), int(emitted)))
+            self.windows.extend(self.probes[-1:] if self.first_pays else self.probes)
             self.wait = self.reprobe
             self.figures = {"status": P.FLOOR_SPECULATING, "probes": n, "per_token": per_token,
                             "ar_ms": self.ar_ms}
-        elif self.state == RETIRED or n >= self.max_probes:
+        elif n >= limit:
             if self.state == RETIRED:
                 self.wait = min(2 * self.wait, self.max_reprobe)
-            self._retire(status=P.FLOOR_NO_GAIN, probes=n, best=min(m / e for m, e in self.probes),
+            self._retire(status=P.FLOOR_NO_GAIN, probes=n, best=per_token,
                          ar_ms=self.ar_ms, next=self.wait)
         else:
             self.figures = {"status": P.FLOOR_PROBE, "probes": n, "per_token": per_token}
 
     def _judge(self) -> None:
-        """Speculating: retire once the recent windows do not beat a plain step per token."""
+        """Speculating: retire once the recent windows do not beat a plain step per token, with
+        `z` standard errors of their saving a window to spare."""
         ms = sum(m for m, _ in self.windows)
         tokens = sum(e for _, e in self.windows)
-        per_token = ms / tokens
-        if per_token < self.ar_ms:
-            self.figures = {"status": P.FLOOR_SPECULATING, "probes": len(self.probes),
-                            "per_token": per_token, "ar_ms": self.ar_ms}
+        per_token, n = ms / tokens, len(self.windows)
+        saved = [e * self.ar_ms - m for m, e in self.windows]
+        mean = sum(saved) / n
+        sd = (sum((x - mean) ** 2 for x in saved) / (n - 1)) ** 0.5 if n > 1 else 0.0
+        if n < self.min_judge or mean + self.z * sd / n ** 0.5 > 0:
+            self.figures = {"status": P.FLOOR_SPECULATING, "windows": n, "per_token": per_token,
+                            "ar_ms": self.ar_ms}
         else:
-            self._retire(status=P.FLOOR_STOPPED, windows=len(self.windows), per_token=per_token,
+            self._retire(status=P.FLOOR_STOPPED, windows=n, per_token=per_token,
                          ar_ms=self.ar_ms, next=self.wait)
 
     def _retire(self, final: bool = False, **figures: Any) -> None:

@@ -99,6 +99,10 @@ FLOOR_BAD_PLAIN, FLOOR_BAD_WINDOW, FLOOR_NO_GAIN = "bad plain", "bad window", "n
 FLOOR_STOPPED = "stopped paying"
 
 
+def _probes(n: int) -> str:
+    return f"{n} probe window{'s' * (n != 1)}"
+
+
 def floor_status(f: Mapping[str, Any]) -> str:
     """The AR floor's state in words (engine.cost.chooser.ArFloor.figures; `lead`: an untimed
     plain step that queues the timed one)."""
@@ -110,17 +114,19 @@ def floor_status(f: Mapping[str, Any]) -> str:
     if st == FLOOR_READY:
         return f"plain step {f['ar_ms']:.3f} ms/token; probing windows"
     if st == FLOOR_SPECULATING:
-        return (f"speculating: probe {f['probes']} cost {f['per_token']:.3f} ms/token "
+        what = (f"the last {f['windows']} windows" if "windows" in f
+                else _probes(f["probes"]))
+        return (f"speculating: {what} cost {f['per_token']:.3f} ms/token "
                 f"< plain {f['ar_ms']:.3f} ms/token")
     if st == FLOOR_PROBE:
-        return f"probe {f['probes']}: {f['per_token']:.3f} ms/token, not below plain yet"
+        return f"{_probes(f['probes'])}: {f['per_token']:.3f} ms/token, not below plain yet"
     if st == FLOOR_BAD_PLAIN:
         return f"retired: invalid plain-step timing {f['ms']!r}"
     if st == FLOOR_BAD_WINDOW:
         return f"retired: invalid window timing ({f['ms']!r} ms, {f['tokens']} tokens)"
     if st == FLOOR_NO_GAIN:
         again = f"; probing again after {f['next']} plain steps" if f.get("next") else ""
-        return (f"retired: best of {f['probes']} probes {f['best']:.3f} ms/token, "
+        return (f"retired: {_probes(f['probes'])} cost {f['best']:.3f} ms/token, "
                 f"not below plain {f['ar_ms']:.3f} ms/token{again}")
     if st == FLOOR_STOPPED:
         return (f"retired: the last {f['windows']} windows cost {f['per_token']:.3f} ms/token, "

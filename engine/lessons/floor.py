@@ -1,10 +1,11 @@
 """The `ar-floor` lesson (seed 002 § 07): time one plain step, probe up to three windows, and
 retire to plain decoding when none was strictly cheaper per emitted token (the floor then keeps
-measuring: engine.cost.floor)."""
+measuring). The lesson runs the write-up's rule (engine.cost.floor.seed_floor); the decoder's
+own floor judges on more windows (engine.cost.floor's docstring says why)."""
 
 from __future__ import annotations
 
-from engine.cost.floor import PROBING
+from engine.cost.floor import PROBING, seed_floor
 from engine.cost.plan import FLOOR_TIMING, Cause
 from engine.lessons import seeds as S
 from engine.lessons.figure import Comparison, LessonResult, Mark, Panel, fmt, series
@@ -38,6 +39,11 @@ FLOOR_COLORS = {"plain step (untimed lead)": "reference2", "plain step (timing)"
                 "plain step (the last token)": "text"}
 
 
+def seen_ms(ev: WindowEvent) -> float:
+    """What the floor was told a window cost: its whole cycle (window_ms in old recordings)."""
+    return ev.window_ms if ev.cycle_ms is None else ev.cycle_ms
+
+
 def floor_steps(on: Run) -> tuple[dict[str, tuple[list[int], list[float], list[str]]], list[dict]]:
     """The floor-on run window by window: per kind, the (windows, ms per token, labels) drawn,
     and each window's row of what the floor saw and decided."""
@@ -46,7 +52,7 @@ def floor_steps(on: Run) -> tuple[dict[str, tuple[list[int], list[float], list[s
     steps: list[dict] = []
     for ev, (after, reason) in zip(on.events, on.floor):
         kind = window_kind(ev, state)
-        ms_tok = ev.window_ms / len(ev.emitted)
+        ms_tok = seen_ms(ev) / len(ev.emitted)
         xs, ys, labels = kinds.setdefault(kind, ([], [], []))
         xs.append(ev.index)
         ys.append(ms_tok)
@@ -54,13 +60,13 @@ def floor_steps(on: Run) -> tuple[dict[str, tuple[list[int], list[float], list[s
                       f"probe {len([s for s in steps if s['kind'] == 'probe window']) + 1}"
                       + (f": {after}" if after != state else "") if kind == "probe window" else "")
         steps.append({"window": ev.index, "kind": kind, "rows": 1 + len(ev.tokens), "tokens": len(ev.emitted),
-                      "window_ms": ev.window_ms, "ms_per_token": ms_tok, "state": after, "reason": reason})
+                      "window_ms": ev.window_ms, "cycle_ms": seen_ms(ev), "ms_per_token": ms_tok, "state": after, "reason": reason})
         state = after
     return kinds, steps
 
 
 def floor_panels(on: Run, runs, kinds) -> tuple[Panel, Panel]:
-    p1 = Panel("the floor's decision, window by window", "window", "ms per emitted token",
+    p1 = Panel("the floor's decision, window by window", "window", "ms per emitted token (whole cycle)",
                tuple(series(k, xs, ys, style="points", color=FLOOR_COLORS[k], labels=tuple(lb))
                      for k, (xs, ys, lb) in kinds.items()),
                (Mark("y", on.ar_ms, f"the timed plain step: {fmt(on.ar_ms)} ms", "card"),)
@@ -77,7 +83,7 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
     n = ctx.budget.new_tokens
     base = TREE.to_dict() | {"max_new_tokens": n}
     on = decode(ctx, ids, DecodeSettings.from_dict(base | {"ar_floor": True}), label="AR floor on",
-                span=(0.0, 0.4))
+                span=(0.0, 0.4), floor=seed_floor(S.FLOOR_MAX_PROBES, lead=int(ctx.rt.use_graphs)))
     off = decode(ctx, ids, DecodeSettings.from_dict(base | {"ar_floor": False}), label="AR floor off",
                  span=(0.4, 0.7))
     ar = decode(ctx, ids, DecodeSettings.from_dict(base | {"draft": "none"}), label="plain decoding",

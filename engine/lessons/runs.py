@@ -144,11 +144,12 @@ OnWindow = Callable[[WindowEvent, "torch.Tensor | None", Any], None]
 
 def decode(ctx: LessonContext, ids: list[int], settings: DecodeSettings, *, label: str = "",
            span: tuple[float, float] = (0.0, 1.0), detail: bool = False,
-           on_window: OnWindow | None = None) -> Run:
+           on_window: OnWindow | None = None, floor: Any = None) -> Run:
     """One request through the decoder; progress over `span` of the lesson. With `on_window`,
     each window's raw logits (the target's, before penalties) and drafted tree (None for a plain
     step) are handed over as the window ends, from the decoder's `on_verify` (and not kept: a
-    window's logits are rows x vocabulary floats)."""
+    window's logits are rows x vocabulary floats). `floor`: the AR floor to run instead of the
+    decoder's own (an engine.cost.floor.ArFloor; settings with ar_floor on)."""
     ctx.check()
     verified: list = [None, None]           # the last window's (tree, scores)
 
@@ -156,6 +157,8 @@ def decode(ctx: LessonContext, ids: list[int], settings: DecodeSettings, *, labe
         verified[:] = [tree, scores]
     dec = Decoder(ctx.rt, ids, settings, stop=ctx.stop, detail=detail or on_window is not None,
                   open_model=draft_opener(ctx.rt), on_verify=keep if on_window is not None else None)
+    if floor is not None:
+        dec.factory.floor = floor
     events: list[WindowEvent] = []
     floor: list[tuple[str, str]] = []
     lo, hi = span

@@ -268,7 +268,7 @@ class Decoder:
     def _emit(self, plan: Plan, parts: Parts, settings: DecodeSettings, tree: TokenTree,
               outcome: VerifyOutcome, rows: list[E.VerifyRow], emitted: list[int],
               kinds: list[str], finish: str, times_s: tuple[float, float, float],
-              notice: str) -> E.WindowEvent:
+              notice: str, cycle_ms: float) -> E.WindowEvent:
         """The window's event, built before the next window is counted (its statistics are the
         run's after this window); the policy learns from it before they are read (the AR
         floor's state is the one after this window)."""
@@ -276,7 +276,7 @@ class Decoder:
                           outcome=outcome, rows=rows, emitted=emitted, kinds=kinds,
                           times_s=times_s, plan=plan, settings=settings,
                           stats=self.run_stats.stats("off"), finish=finish,
-                          text=self.tok.token_text, notice=notice)
+                          text=self.tok.token_text, notice=notice, cycle_ms=cycle_ms)
         parts.policy.observe(ev)
         floor = self._floor_state()
         return ev if floor == "off" else dataclasses.replace(ev, stats=self.run_stats.stats(floor))
@@ -366,7 +366,7 @@ def _close_window(self: Decoder, parts: Parts, plan: Plan, tree: TokenTree, scor
     notice, self.factory.notice = self.factory.notice, ""
     settings = self.settings
     return (lambda: self._emit(plan, parts, settings, tree, outcome, rows, emitted, kinds,
-                               finish, times, notice)), finish
+                               finish, times, notice, cycle_ms)), finish
 
 
 def run_report(self: Decoder) -> E.RunReport:

@@ -116,6 +116,10 @@ class WindowEvent:
     finish_reason: str = ""      # "eos" | "length" | "stopped" | ""
     settings: dict[str, Any] = field(default_factory=dict)
     notice: str = ""             # a one-time line for the status bar (a draft model's size warning)
+    # the window's whole cycle, from the end of the window before it to its commit (what the AR
+    # floor is told: window_ms plus the last event's yield, its consumer and the loop); None in
+    # old recordings
+    cycle_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -83,7 +83,7 @@ def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "V
                  rows: list[E.VerifyRow], emitted: list[int], kinds: list[str],
                  times_s: tuple[float, float, float], plan: "Plan", settings: DecodeSettings,
                  stats: E.WindowStats, finish: str, text: Callable[[int], str],
-                 notice: str = "") -> E.WindowEvent:
+                 notice: str = "", cycle_ms: float | None = None) -> E.WindowEvent:
     """The event of a window whose `emitted` tokens already stand at the end of `context`.
 
     times_s: (propose, verify, commit) seconds. The plan says who drafted the window, its shape
@@ -104,5 +104,5 @@ def window_event(*, index: int, context: list[int], tree: TokenTree, outcome: "V
         predicted_ms=None if plan.predicted_ms != plan.predicted_ms else plan.predicted_ms,
         reason=plan.reason, cause=plan.cause.value, figures=plan.all_figures(),
         finished=bool(finish), finish_reason=finish,
-        settings=settings.to_dict(), notice=notice,
+        settings=settings.to_dict(), notice=notice, cycle_ms=cycle_ms,
     )

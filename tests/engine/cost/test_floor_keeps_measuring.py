@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cost.floor import ArFloor
+from engine.cost.floor import ArFloor, seed_floor
 from engine.errors import ParameterError
 from engine.cost.plan import FLOOR_NO_GAIN, FLOOR_SPECULATING, FLOOR_STOPPED, floor_status
 
@@ -28,35 +28,62 @@ def drive(floor: ArFloor, plain_ms, window, n: int) -> list[str]:
 def test_speculation_that_stops_paying_is_dropped():
     floor = ArFloor()
     # 4 tokens per 20 ms window (5 ms/token) against 10 ms plain, then 1 token per window
-    log = drive(floor, lambda i: 10.0, lambda i: (20.0, 4 if i < 6 else 1), 20)
+    log = drive(floor, lambda i: 10.0, lambda i: (20.0, 4 if i < 6 else 1), 36)
     assert log[:6] == ["p", "w", "w", "w", "w", "w"]
     assert floor.retired and floor.figures["status"] == FLOOR_STOPPED
     assert floor.figures["per_token"] >= floor.ar_ms
     assert "not below plain 10.000" in floor_status(floor.figures)
-    # once the recent windows' cost per token reaches plain's, plain steps follow
+    # the loss has to show through the five good windows' savings first, and then it does:
+    # once the recent windows' saving is not above 0 with a standard error to spare, plain steps
     first_plain_after = log.index("p", 1)
+    assert 6 + 10 <= first_plain_after <= 6 + 20
     assert set(log[first_plain_after:]) == {"p"}
 
 
-def test_a_retired_floor_probes_again_and_resumes_when_a_probe_pays():
+def test_a_few_unlucky_windows_do_not_retire_speculation_that_pays():
+    """Runs of six 1-token windows between runs of six 4-token ones (20 ms each, 2.5 tokens a
+    window on average: 8 ms a token against 10 ms plain) pay all along: the floor keeps
+    speculating (a plain step only every `refresh` windows). The control, the rule before
+    2026-12-07 (the last 8 windows' cost, one window to probe again), retires in the first
+    unlucky run and spends most of the request in plain steps."""
+    def window(i):
+        return 20.0, 4 if (i - 1) % 12 < 6 else 1
+
+    floor = ArFloor()
+    log = drive(floor, lambda i: 10.0, window, 200)
+    assert floor.state == "speculating" and floor.ar_windows == 1 + 199 // (floor.refresh + 1)
+    assert "speculating: the last 32 windows cost" in floor_status(floor.figures)
+    old = seed_floor()
+    log = drive(old, lambda i: 10.0, window, 200)
+    assert log.count("p") > 100
+
+
+def test_a_retired_floor_probes_again_and_resumes_when_the_probes_pay():
     floor = ArFloor(reprobe=4, max_reprobe=16)
     # the request's start accepts nothing (20 ms, 1 token), then the text turns into a copy
-    good_from = 12
-    log = drive(floor, lambda i: 10.0, lambda i: (20.0, 1 if i < good_from else 5), 40)
-    assert log[:4] == ["p", "w", "w", "w"]               # three probes, none pays
-    assert log[4:8] == ["p"] * 4                         # the wait
-    assert log[8] == "w"                                 # probe again: still 1 token, so the
-    assert log[9:17] == ["p"] * 8                        # wait doubles
-    assert log[17] == "w" and floor.state == "speculating"
-    assert floor.figures["status"] == FLOOR_SPECULATING and set(log[17:]) == {"w"}
+    good_from = 20
+    log = drive(floor, lambda i: 10.0, lambda i: (20.0, 1 if i < good_from else 5), 50)
+    six = ["w"] * floor.reprobes
+    assert log[:7] == ["p"] + six                         # six probes, together no gain
+    assert log[7:11] == ["p"] * 4                         # the wait
+    assert log[11:17] == six                              # probe again: still 1 token, so the
+    assert log[17:25] == ["p"] * 8                        # wait doubles
+    # the probes from step 25 emit 5 tokens for 20 ms: the first one pays at once
+    assert floor.state == "speculating" and set(log[25:]) == {"w"}
+    assert floor.figures["status"] == FLOOR_SPECULATING
 
 
 def test_the_wait_between_failed_probes_is_capped():
     floor = ArFloor(reprobe=2, max_reprobe=8)
-    log = drive(floor, lambda i: 10.0, lambda i: (20.0, 1), 80)
-    gaps = [len(g) for g in "".join(log[4:]).split("w") if g]
+    log = drive(floor, lambda i: 10.0, lambda i: (20.0, 1), 120)
+    batches = [len(g) for g in "".join(log[1:]).split("p") if g]
+    gaps = [len(g) for g in "".join(log[1:]).split("w") if g]
     assert gaps[:4] == [2, 4, 8, 8] and max(gaps) == 8
+    assert set(batches[:-1]) == {floor.reprobes}          # every probe is a batch, judged whole
+    while not floor.want_plain_step():                     # the last batch, to its verdict
+        floor.record_window(20.0, 1)
     assert floor.figures["status"] == FLOOR_NO_GAIN and floor.figures["next"] == 8
+    assert "6 probe windows cost 20.000 ms/token" in floor_status(floor.figures)
 
 
 def test_plain_decoding_is_re_timed_while_speculating():

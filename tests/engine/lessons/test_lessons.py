@@ -300,14 +300,16 @@ def test_ar_floor_points_are_the_windows(lesson_result):
     rows = read_csv(out, "ar-floor")
     drawn = sorted((x, y) for r in rows if r["kind"] == "point" and r["panel"].startswith("the floor")
                    for x, y in [(float(r["x"]), float(r["y"]))])
-    assert drawn == sorted((float(e.index), e.window_ms / len(e.emitted)) for e in on.events)
+    # what the floor was told: each window's whole cycle, its own time and the loop's around it
+    assert all(e.cycle_ms >= e.window_ms for e in on.events)
+    assert drawn == sorted((float(e.index), e.cycle_ms / len(e.emitted)) for e in on.events)
     first = on.events[0]
     # the floor's plain cost is the median of its last (up to five) timed plain steps: the plain
     # steps it asked for (or the request's last token, where it wanted one) but the untimed leads
     # (the first of the run, the first after a window, where plain steps queue: graphs); not a
     # window that found nothing to draft
     assert not first.tokens
-    plain = [e.window_ms for e in on.events if not e.tokens and not e.figures.get("lead")
+    plain = [e.cycle_ms for e in on.events if not e.tokens and not e.figures.get("lead")
              and Cause(e.cause) in (Cause.AR_FLOOR, Cause.LAST_TOKEN)]
     leads = [i for i, e in enumerate(on.events) if e.figures.get("lead")]
     assert plain and all(i == 0 or on.events[i - 1].tokens for i in leads)
