@@ -183,8 +183,8 @@ class ArFloor:
         elif n >= limit:
             if self.state == RETIRED:
                 self.wait = min(2 * self.wait, self.max_reprobe)
-            self._retire(status=P.FLOOR_NO_GAIN, probes=n, best=per_token,
-                         ar_ms=self.ar_ms, next=self.wait)
+            self._retire(status=P.FLOOR_NO_GAIN, probes=n, best=per_token, ar_ms=self.ar_ms,
+                         next=self.wait, **({"cheapest": True} if self.first_pays else {}))
         else:
             self.figures = {"status": P.FLOOR_PROBE, "probes": n, "per_token": per_token}
 

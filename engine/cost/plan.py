@@ -126,7 +126,8 @@ def floor_status(f: Mapping[str, Any]) -> str:
         return f"retired: invalid window timing ({f['ms']!r} ms, {f['tokens']} tokens)"
     if st == FLOOR_NO_GAIN:
         again = f"; probing again after {f['next']} plain steps" if f.get("next") else ""
-        return (f"retired: {_probes(f['probes'])} cost {f['best']:.3f} ms/token, "
+        which = f"the cheapest of {_probes(f['probes'])}" if f.get("cheapest") else _probes(f["probes"])
+        return (f"retired: {which} cost {f['best']:.3f} ms/token, "
                 f"not below plain {f['ar_ms']:.3f} ms/token{again}")
     if st == FLOOR_STOPPED:
         return (f"retired: the last {f['windows']} windows cost {f['per_token']:.3f} ms/token, "

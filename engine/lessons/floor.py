@@ -5,16 +5,17 @@ own floor judges on more windows (engine.cost.floor's docstring says why)."""
 
 from __future__ import annotations
 
-from engine.cost.floor import PROBING, seed_floor
+from engine.cost.floor import PROBING, RETIRED, seed_floor
 from engine.cost.plan import FLOOR_TIMING, Cause
 from engine.lessons import seeds as S
 from engine.lessons.figure import Comparison, LessonResult, Mark, Panel, fmt, series
 from engine.lessons.runs import LessonContext, Run, decode, workload_ids
+from engine.speculation.drafters import tree_rows
 from engine.speculation.events import WindowEvent
 from engine.speculation.settings import DecodeSettings
 
 # low-acceptance prose: Spec-Bench's open-ended writing, drafted by a fixed tree (depth 8 x 3:
-# 25 rows a probe), so that the floor has something to refuse on a card where rows cost
+# up to 13 rows a probe: engine.speculation.drafters.tree_rows), so that the floor has something to refuse on a card where rows cost
 FLOOR_WORKLOAD = "specbench:writing"
 TREE = DecodeSettings(draft="tree", depth=8, width=3)
 
@@ -23,7 +24,7 @@ def window_kind(ev: WindowEvent, state_before: str) -> str:
     """What a window was to the floor, from its plan's cause (and the floor's figures in it)
     and the floor's state before it."""
     if ev.tokens:
-        return "probe window" if state_before == PROBING else "speculating"
+        return {PROBING: "probe window", RETIRED: "probe again (retired)"}.get(state_before, "speculating")
     cause = Cause(ev.cause)
     if cause is Cause.AR_FLOOR:
         if ev.figures.get("lead"):
@@ -34,7 +35,7 @@ def window_kind(ev: WindowEvent, state_before: str) -> str:
 
 
 FLOOR_COLORS = {"plain step (untimed lead)": "reference2", "plain step (timing)": "card", "probe window": "warn",
-                "speculating": "good",
+                "probe again (retired)": "reference", "speculating": "good",
                 "plain step (retired)": "neutral", "plain step (no n-gram match)": "info",
                 "plain step (the last token)": "text"}
 
@@ -93,10 +94,14 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
     p1, p2 = floor_panels(on, runs, kinds)
     final = on.floor[-1][0] if on.floor else "off"
     decided = next((s for s in steps if s["state"] != "probing"), None)
+    # the first decision, which the write-up's rule is about: its probes and the plain step they
+    # were held against (the floor's own lists move on as it keeps measuring)
+    probes = [(s["cycle_ms"], s["tokens"]) for s in steps if s["kind"] == "probe window"]
+    timed = next((s["cycle_ms"] for s in steps if s["kind"] == "plain step (timing)"), None)
     comps = (
         Comparison("plain steps timed first", 1, sum(s["kind"] == "plain step (timing)" for s in steps), "",
                    write_up_text="one ordinary AR token, timed"),
-        Comparison("probe windows before deciding", S.FLOOR_MAX_PROBES, len(on.probes), "",
+        Comparison("probe windows before deciding", S.FLOOR_MAX_PROBES, len(probes), "",
                    write_up_text="up to three, each timed"),
         Comparison("decision", None, None, write_up_text="nothing strictly cheaper → retire",
                    here_text=f"{final}" + (f" after window {decided['window']}: {decided['reason']}" if decided else "")),
@@ -116,22 +121,23 @@ def ar_floor(ctx: LessonContext) -> LessonResult:
                "token with the AR time, and retire to plain decoding when nothing is strictly cheaper; "
                "the floor bounds the probing, not the request."),
         source=S.SEED_002 + ", § 07", caption=caption, panels=(p1, p2), comparisons=comps,
-        why=ar_floor_why(final, on.ar_ms, on.probes, ctx.here), here=ctx.here,
+        why=ar_floor_why(decided["state"] if decided else "probing", timed, probes, ctx.here),
+        here=ctx.here,
         device=ctx.device, model=ctx.model, budget=ctx.budget.label,
         settings={"prompt": pid, "drafter": "tree 8 x 3 (fixed)", "new tokens": n, "temperature": 0},
-        data={"on": on, "off": off, "ar": ar, "steps": steps})
+        data={"on": on, "off": off, "ar": ar, "steps": steps, "probes": probes, "timed_ms": timed})
 
 
 def ar_floor_why(final: str, ar_ms: float | None, probes, here: str = "this device") -> str:
-    """Why the floor decided as it did, from its numbers: the final state, the timed plain step
-    and the probes' (ms, tokens)."""
-    rows = 1 + TREE.depth * TREE.width
+    """Why the floor decided as it did, from its numbers: the state its probes led to, the timed
+    plain step and the probes' (ms, tokens)."""
+    rows = tree_rows(TREE.depth, TREE.width)
     if not probes or ar_ms is None:
         return (f"On {here} the request ended before the floor had timed a plain step and a probe, so it "
                 "never decided; the rule is the write-up's, the prompt was too short to apply it.")
     best = min(ms / max(1, t) for ms, t in probes)
     if final == "retired":
-        return (f"On {here} the cheapest of {len(probes)} probe windows ({rows}-row tree passes) spent "
+        return (f"On {here} the cheapest of {len(probes)} probe windows (tree passes of up to {rows} rows) spent "
                 f"{fmt(best)} ms per emitted token against the plain step's {fmt(ar_ms)} ms, so the floor "
                 "retires, as the write-up's would on a card where rows are dear; the write-up reports the "
                 "tok/s of an MTP head that pays on both its cards, the other branch of the same rule.")
@@ -139,6 +145,6 @@ def ar_floor_why(final: str, ar_ms: float | None, probes, here: str = "this devi
         return (f"On {here} the request ended while the floor was still probing ({len(probes)} probe "
                 f"windows, the cheapest {fmt(best)} ms per token against the plain step's {fmt(ar_ms)} ms).")
     return (f"On {here} a probe window emitted its tokens at {fmt(best)} ms each, under the plain step's "
-            f"{fmt(ar_ms)} ms, so the floor keeps speculating; whether it retires depends on how dear rows "
+            f"{fmt(ar_ms)} ms, so the floor starts speculating (and keeps measuring); whether it retires depends on how dear rows "
             "are here (see the `row-cost` lesson) and how little the prose repeats, not on the rule, which "
             "is the write-up's.")

@@ -96,6 +96,6 @@ def test_ar_floor_why_follows_the_decision():
     speculating = ar_floor_why("speculating", 20.0, [(30.0, 3)])
     never = ar_floor_why("probing", None, [])
     assert "retires" in retired and "30 ms per emitted token against the plain step's 20 ms" in retired
-    assert "keeps speculating" in speculating and "10 ms each, under the plain step's 20" in speculating
+    assert "starts speculating" in speculating and "10 ms each, under the plain step's 20" in speculating
     assert "never decided" in never
     assert "so the floor retires" not in speculating

@@ -317,9 +317,15 @@ def test_ar_floor_points_are_the_windows(lesson_result):
                for k in range(1, 6) for i in range(len(plain)))
     mark = next(r for r in rows if r["kind"] == "mark")
     assert float(mark["y"]) == pytest.approx(on.ar_ms)
-    assert len(on.probes) <= S.FLOOR_MAX_PROBES
-    if on.floor[-1][0] == "retired":
-        assert all(ms / n >= on.ar_ms for ms, n in on.probes)
+    # the first decision, the write-up's rule: up to three probes held against the timed step,
+    # each drawn; retired only if none was strictly cheaper
+    probes, timed = result.data["probes"], result.data["timed_ms"]
+    assert 1 <= len(probes) <= S.FLOOR_MAX_PROBES
+    assert sorted((ms / n) for ms, n in probes) == pytest.approx(sorted(
+        float(r["y"]) for r in rows if r["kind"] == "point" and r["series"] == "probe window"))
+    decided = next(s for s in result.data["steps"] if s["state"] != "probing")
+    cheaper = [ms / n < timed for ms, n in probes]
+    assert decided["state"] == ("speculating" if cheaper[-1] else "retired") and not any(cheaper[:-1])
 
 
 def test_a_lesson_stops_when_asked(cpu_runtime):
