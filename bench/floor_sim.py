@@ -44,28 +44,14 @@ DESIGN_CATS = ("summarization", "qa", "rag", "math_reasoning", "writing", "trans
                "reasoning", "coding")
 
 
-def prompts(kind: str, tok) -> list[dict]:
-    from engine.io.workloads import code_edit_rows, read_jsonl, SPECBENCH_FILE
-    rows = read_jsonl(SPECBENCH_FILE)
-    by: dict[str, list[dict]] = {}
-    for r in rows:
-        by.setdefault(r["category"], []).append(r)
-    out = []
+def prompts(kind: str, model: str) -> list[dict]:
+    """The prompts rendered with the model's chat template: tree_vs_llamacpp's 14 (`tvl`), or
+    rows 5-8 of each design category (bench/llamacpp_spec.prompt_texts renders both)."""
+    from llamacpp_spec import prompt_texts
     if kind == "tvl":
-        for r in code_edit_rows():
-            out.append({"id": r["id"], "category": "code-edit", "messages": r["messages"]})
-        picks = [(c, range(0, 3)) for c in ("summarization", "qa", "rag")]
-    else:
-        picks = [(c, range(5, 9)) for c in DESIGN_CATS if c in by]
-    for cat, idx in picks:
-        for i in idx:
-            if i < len(by[cat]):
-                r = by[cat][i]
-                out.append({"id": f"{cat}-{r['question_id']}", "category": cat,
-                            "messages": [{"role": "user", "content": r["turns"][0]}]})
-    for p in out:
-        p["text"] = tok.render_chat(list(p["messages"]), add_generation_prompt=True)
-    return out
+        return prompt_texts(model, "code-edit,specbench:summarization,qa,rag", 3, None)
+    ps = prompt_texts(model, "specbench:" + ",".join(DESIGN_CATS), 9, None)
+    return [p for c in DESIGN_CATS for p in [q for q in ps if q["category"] == c][5:9]]
 
 
 def greedy_streams(model: str, ps: list[dict], tokens: int, cache: Path) -> dict[str, dict]:
@@ -163,10 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "floor_sim.json"))
     a = ap.parse_args(argv)
 
-    from engine.io.load import default_model_path, load_model
+    from engine.io.load import default_model_path
     a.model = a.model or str(default_model_path())
-    tok = load_model(a.model).tokenizer
-    ps = prompts(a.prompts, tok)
+    ps = prompts(a.prompts, a.model)
     out = Path(a.out)
     streams = greedy_streams(a.model, ps, a.tokens, out.with_name("floor_sim_streams.json"))
     variants = {"plain": ("plain", None), "tree": ("tree", None),

@@ -194,15 +194,19 @@ class ArFloor:
         ms = sum(m for m, _ in self.windows)
         tokens = sum(e for _, e in self.windows)
         per_token, n = ms / tokens, len(self.windows)
-        saved = [e * self.ar_ms - m for m, e in self.windows]
-        mean = sum(saved) / n
-        sd = (sum((x - mean) ** 2 for x in saved) / (n - 1)) ** 0.5 if n > 1 else 0.0
-        if n < self.min_judge or mean + self.z * sd / n ** 0.5 > 0:
+        if n < self.min_judge or self._saving_bound(n, (tokens * self.ar_ms - ms) / n) > 0:
             self.figures = {"status": P.FLOOR_SPECULATING, "windows": n, "per_token": per_token,
                             "ar_ms": self.ar_ms}
         else:
             self._retire(status=P.FLOOR_STOPPED, windows=n, per_token=per_token,
                          ar_ms=self.ar_ms, next=self.wait)
+
+    def _saving_bound(self, n: int, mean: float) -> float:
+        """The recent windows' mean saving a window plus `z` standard errors of it."""
+        if n < 2 or self.z == 0:
+            return mean
+        var = sum((e * self.ar_ms - m - mean) ** 2 for m, e in self.windows) / (n - 1)
+        return mean + self.z * (var / n) ** 0.5
 
     def _retire(self, final: bool = False, **figures: Any) -> None:
         self.state = RETIRED

@@ -15,7 +15,8 @@ from engine.speculation.events import WindowEvent
 from engine.speculation.settings import DecodeSettings
 
 # low-acceptance prose: Spec-Bench's open-ended writing, drafted by a fixed tree (depth 8 x 3:
-# up to 13 rows a probe: engine.speculation.drafters.tree_rows), so that the floor has something to refuse on a card where rows cost
+# up to 13 rows a probe: engine.speculation.drafters.tree_rows), so that the floor has
+# something to refuse on a card where rows cost
 FLOOR_WORKLOAD = "specbench:writing"
 TREE = DecodeSettings(draft="tree", depth=8, width=3)
 
