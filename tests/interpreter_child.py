@@ -14,10 +14,13 @@ import sys
 from pathlib import Path
 
 
-def run_in_interpreter_child(test_file: str, marker: str, timeout: int = 600) -> None:
+def run_in_interpreter_child(test_file: str, marker: str, timeout: int = 600,
+                             args: tuple[str, ...] = ()) -> None:
+    """`args` go to the child's pytest (`-m slow`: the file's slow tests, which the default
+    `-m 'not slow'` leaves out)."""
     env = dict(os.environ, TRITON_INTERPRET="1", **{marker: "1"})
     root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args,
                         str(Path(test_file).resolve())],
                        cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]

@@ -58,12 +58,17 @@ def _report():
 
 
 @no_gpu_only
-def test_doctor_without_a_gpu_skips_the_gpu_checks_and_passes(capsys):
-    code = main(["doctor"])
+def test_doctor_without_a_gpu_skips_the_gpu_checks_passes_and_names_the_activation_dtype(capsys):
+    """No --device: the doctor finds no GPU and checks the CPU, in the dtype asked for (one run
+    of the doctor for both: each costs ~20 s of this suite)."""
+    code = main(["doctor", "--dtype", "float32"])
     out = capsys.readouterr().out.splitlines()
     status = _status(out)
     assert code == 0 and out[-1] == "all checks passed", out
     assert status["torch"] == "ok" and status["model on the CPU"] == "ok"
+    model = [line for line in out if "model on the CPU" in line]
+    assert model[0].startswith("ok") and "(float32," in model[0]
+    assert sum(line.startswith("skip") for line in out) == 4      # gpu, triton, kernels, graphs
     # the history check passes on the CPU (its failing control: below, a prefill dropping a chunk)
     assert status["same prompt, same keys"] == "ok"
     assert [status[n] for n in ("gpu", "triton", "kernels", "graphs")] == ["skip"] * 4
@@ -71,16 +76,6 @@ def test_doctor_without_a_gpu_skips_the_gpu_checks_and_passes(capsys):
     assert "ROCm" in gpu and "CUDA" in gpu and "make run TORCH=" in gpu   # how to get one
     assert "would run each Triton kernel" in next(line for line in out if line.startswith("skip  kernels"))
     assert not any(line.startswith("FAIL") for line in out)
-
-
-@parent_only
-def test_doctor_on_the_cpu_passes_and_names_the_activation_dtype(capsys):
-    code = main(["doctor", "--device", "cpu", "--dtype", "float32"])
-    out = capsys.readouterr().out.splitlines()
-    assert code == 0 and out[-1] == "all checks passed"
-    model = [line for line in out if "model on the CPU" in line]
-    assert model and model[0].startswith("ok") and "(float32," in model[0]
-    assert sum(line.startswith("skip") for line in out) == 4      # gpu, triton, kernels, graphs
 
 
 @parent_only

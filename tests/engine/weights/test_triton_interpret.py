@@ -45,6 +45,19 @@ def test_kernels_in_the_triton_interpreter():
     run_in_interpreter_child(__file__, "SPECSCOPE_TRITON_INTERPRET_CHILD")
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(_CHILD, reason="this is the child")
+def test_opt_in_kernels_in_the_triton_interpreter():
+    """The opt-in kernels no default runs (int8, SF, Q4_KN: measured slower, kept for A/B on a
+    card) in the interpreter: `make test-slow` (25 s of `make test`'s 15-minute budget)."""
+    from interpreter_child import run_in_interpreter_child
+    run_in_interpreter_child(__file__, "SPECSCOPE_TRITON_INTERPRET_CHILD", args=("-m", "slow"))
+
+
+# the opt-in kernels' checks: `make test-slow` only (above)
+opt_in = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def tk():
     """engine.kernels.triton_kernels, its kernels built for the interpreter (child only)."""
@@ -172,6 +185,7 @@ def test_split_k_and_odd_shapes(tk):
     assert tk.kernel_config("Q4_K", 40, 1024, 16, splits=2)["splits"] == 2
 
 
+@opt_in
 @child_only
 def test_int8_path_split_k(tk):
     """The opt-in int8 path (Q4_K, float16 activations quantized per row to two int8 planes):
@@ -334,6 +348,7 @@ def test_rdna_small_integers_match_reference_and_are_row_invariant(tk):
     assert not torch.equal(deq, y[64])
 
 
+@opt_in
 @child_only
 def test_sf_folded_scales_match_reference_and_are_row_invariant(tk):
     """SF (engine.kernels.triton_sf, opt-in: SPECSCOPE_SF=1): Q4_K's sub-block scale folded into
@@ -390,6 +405,7 @@ def test_config_does_not_depend_on_rows(tk):
     assert cfg["splits"] >= 1 and cfg["n_tiles"] % cfg["splits"] == 0
 
 
+@opt_in
 @child_only
 def test_q4_kn_is_bit_identical_to_q4_k(tk):
     """Q4_KN (Q4_K in GGUF's block order, engine.weights.packed.native_q4_k) only loads
