@@ -114,10 +114,12 @@ def _sum_squares(xf):
 
 @triton.jit
 def _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, M, N, sws, swr, sxr, shr, eps,
-                        S: tl.constexpr, TB: tl.constexpr, CG: tl.constexpr):
+                        S: tl.constexpr, TB: tl.constexpr, CG: tl.constexpr, hd_ptr,
+                        HD: tl.constexpr):
     """Rows `rows` (< M) of x [., N]: x = round(x + round(sum_s ws[s, row])) (S = 0: x as it
     is), stored in place; h = round(x * rsqrt(mean(x^2) + eps) * w). Each row from its own
-    values alone, with _sum_squares' order-free sum: the same bits for any tile of rows."""
+    values alone, with _sum_squares' order-free sum: the same bits for any tile of rows.
+    HD: h's column c stored at column hd[c] (the next matmul's XP order)."""
     c = tl.arange(0, TB)
     m = (rows[:, None] < M) & (c[None, :] < N)
     dt = x_ptr.dtype.element_ty
@@ -130,23 +132,26 @@ def _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, M, N, sws, swr, sxr, 
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(_sum_squares(xf) / N + eps)
     w = tl.load(w_ptr + c, mask=c < N, other=0.0).to(tl.float32)
-    tl.store(h_ptr + rows[:, None] * shr + c[None, :],
+    hc = tl.load(hd_ptr + c, mask=c < N, other=0) if HD else c
+    tl.store(h_ptr + rows[:, None] * shr + hc[None, :],
              (xf * rstd[:, None] * w[None, :]).to(h_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
-def _residual_norm_kernel(ws_ptr, x_ptr, h_ptr, w_ptr, N, sws, swr, sxr, shr, eps,
+def _residual_norm_kernel(ws_ptr, x_ptr, h_ptr, w_ptr, hd_ptr, N, sws, swr, sxr, shr, eps,
                           S: tl.constexpr, BLOCK: tl.constexpr, OF: tl.constexpr = False,
-                          PDL: tl.constexpr = False):
+                          PDL: tl.constexpr = False, HD: tl.constexpr = False):
     """Row r: x[r] = round(x[r] + round(sum_s ws[s, r])) (S = 0: x[r] as it is), then
     h[r] = round(x[r] * rsqrt(mean(x[r]^2) + eps) * w). x is updated in place. OF (with the
     matmul tails, TAILS): the sum of squares order-free, as the tails compute it
-    (_residual_norm_rows); else a float sum whose order follows N only. PDL: engine.kernels.pdl."""
+    (_residual_norm_rows); else a float sum whose order follows N only. HD: h's column c is
+    stored at column hd[c] (the next matmul's XP order: the same values, moved). PDL:
+    engine.kernels.pdl."""
     pdl_wait(PDL)
     if OF:
         rows = tl.program_id(0) + tl.arange(0, 1)
         _residual_norm_rows(ws_ptr, x_ptr, h_ptr, w_ptr, rows, rows + 1, N, sws, swr, sxr, shr,
-                            eps, S, BLOCK, False)
+                            eps, S, BLOCK, False, hd_ptr, HD)
     else:
         r = tl.program_id(0)
         c = tl.arange(0, BLOCK)
@@ -160,7 +165,8 @@ def _residual_norm_kernel(ws_ptr, x_ptr, h_ptr, w_ptr, N, sws, swr, sxr, shr, ep
         xf = x.to(tl.float32)
         rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / N + eps)
         w = tl.load(w_ptr + c, mask=m, other=0.0).to(tl.float32)
-        tl.store(h_ptr + r * shr + c, (xf * rstd * w).to(h_ptr.dtype.element_ty), mask=m)
+        hc = tl.load(hd_ptr + c, mask=m, other=0) if HD else c
+        tl.store(h_ptr + r * shr + hc, (xf * rstd * w).to(h_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -204,7 +210,7 @@ def _tail(o_ptr, cnt_ptr, tx_ptr, th_ptr, tw_ptr, M, N, som, sop, tsx, tsh, eps,
         rows = tl.arange(0, RB)
         if TAIL == 1:
             _residual_norm_rows(o_ptr, tx_ptr, th_ptr, tw_ptr, rows, M, N, sop, som, tsx, tsh,
-                                eps, TS, TB, True)
+                                eps, TS, TB, True, th_ptr, False)
         else:
             _swiglu_rows(o_ptr, th_ptr, rows, tl.arange(0, TB), M, N // 2, sop, som, tsh, HB,
                          TS, True)
@@ -290,18 +296,21 @@ def _qkv_rope_kernel(wa_ptr, wb_ptr, bias_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr,
 
 
 def residual_norm(ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor, w: torch.Tensor,
-                  eps: float, order_free: bool | None = None) -> None:
+                  eps: float, order_free: bool | None = None, dest: torch.Tensor | None = None) -> None:
     """x [R, N] += the sum of the partials ws [S, R, N] (None: x as it is), in place; h [R, N] =
     RMSNorm(x) * w. One program a row; its warps follow N only. order_free (default TAILS):
-    the sum of squares the matmul tails take."""
+    the sum of squares the matmul tails take. dest (int32 [N]): h's column c is written at
+    column dest[c] (engine.kernels.triton_kernels.xp_dest)."""
     order_free = TAILS if order_free is None else order_free
     R, N = x.shape
     block = triton.next_power_of_2(N)
     src = ws if ws is not None else x
     _residual_norm_kernel[(R,)](
-        src, x, h, w, N, src.stride(0), src.stride(1) if ws is not None else 0,
-        x.stride(0), h.stride(0), eps, S=0 if ws is None else ws.shape[0], BLOCK=block,
-        num_warps=4 if block <= 2048 else 8, **({"OF": True} if order_free else {}), **pdl_kwargs(x))
+        src, x, h, w, dest if dest is not None else w, N, src.stride(0),
+        src.stride(1) if ws is not None else 0, x.stride(0), h.stride(0), eps,
+        S=0 if ws is None else ws.shape[0], BLOCK=block,
+        num_warps=4 if block <= 2048 else 8, **({"OF": True} if order_free else {}),
+        **({"HD": True} if dest is not None else {}), **pdl_kwargs(x))
 
 
 def reduce_swiglu(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:

@@ -419,26 +419,69 @@ def _variant_kwargs(cfg: dict, qtype: str, m: int, dtype: torch.dtype, ieee: int
     return kw
 
 
-def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bool = False,
-            tail: tuple | None = None) -> None:
-    """The dequantizing kernel over x2's rows, 64 at a time: dst rows follow x2's (stride som;
-    split partials at stride sop). tail: the step that reads the partials, run by the launch's
-    last program (triton_fused.tail_args)."""
-    grid = (triton.cdiv(n, cfg["BN"]), cfg["splits"])
-    # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
-    # dot_precision.py); 0 for 16-bit activations
-    ieee = ieee_code(x2.dtype)
+def _variants(qtype: str, k: int, cfg: dict, ieee: int) -> tuple[bool, bool, bool, bool]:
+    """(rdna, si, sf, xp): the tile variants a launch of this shape, configuration and dot
+    precision (``ieee_code`` of the activations' dtype) runs."""
     rdna = (bool(cfg.get("RDNA")) and (qtype in _RDNA_TYPES or (qtype in _SI_TYPES and bool(cfg.get("SI"))))
             and not ieee and (k % 256 == 0 or qtype != "Q4_K"))
     si = rdna and bool(cfg.get("SI")) and qtype in _SI_TYPES
     sf = bool(cfg.get("SF")) and qtype == "Q4_K" and not ieee and not rdna and k % 256 == 0
     xp = bool(cfg.get("XP")) and qtype in _X1_TYPES and k % 256 == 0 and not sf
+    return rdna, si, sf, xp
+
+
+# XP_FUSED: where the kernel that writes a matmul's input can write it in the matmul's XP order
+# (engine.model.fused_layer: the norm before gate|up, the SwiGLU before down), it does, and the
+# matmul skips its copy (``xp_in``): one launch fewer a matmul, the same values in the same
+# order, so the same bits. SPECSCOPE_XP_FUSED=0: the matmul permutes x itself (for the A/B).
+XP_FUSED = os.environ.get("SPECSCOPE_XP_FUSED", "1") != "0"
+_XP_DEST: dict = {}      # (device, k, JS, rdna, si) -> int32 [K]
+
+
+def xp_dest(w, dtype: torch.dtype, device: torch.device, **override) -> torch.Tensor | None:
+    """Where x's column c sits in the order w's matmul reads x, as int32 [K] on `device`
+    (x_xp[:, dest[c]] = x[:, c]), or None where that matmul does not permute x (XP off for the
+    shape, another tile, XP_FUSED off). A kernel that writes the matmul's input there lets the
+    matmul run with ``xp_in=True``. ``override``: as ``kernel_config``'s, the matmul's own."""
+    qtype = _qtype(w)
+    if not XP_FUSED or qtype not in _CODES:
+        return None
+    n, k = (int(s) for s in w.shape)
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 16
+    cfg = kernel_config(qtype, n, k, sms, **override)
+    rdna, si, _, xp = _variants(qtype, k, cfg, ieee_code(dtype))
+    if not xp or cfg.get("I8"):
+        return None
+    key = (device, k, cfg["JS"], rdna, si)
+    if key not in _XP_DEST:
+        shape, perm = _xperm_order(1, k, cfg["JS"], rdna, si)
+        src = torch.arange(k).reshape(shape).permute(perm).reshape(k)   # x_xp[j] = x[src[j]]
+        dest = torch.empty(k, dtype=torch.int32)
+        dest[src] = torch.arange(k, dtype=torch.int32)
+        _XP_DEST[key] = dest.to(device)
+    return _XP_DEST[key]
+
+
+def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bool = False,
+            tail: tuple | None = None, xp_in: bool = False, odst: torch.Tensor | None = None) -> None:
+    """The dequantizing kernel over x2's rows, 64 at a time: dst rows follow x2's (stride som;
+    split partials at stride sop). tail: the step that reads the partials, run by the launch's
+    last program (triton_fused.tail_args). xp_in: x2 is already in the XP order (``xp_dest``).
+    odst (with swiglu): the epilogue writes output column c at column odst[c]."""
+    grid = (triton.cdiv(n, cfg["BN"]), cfg["splits"])
+    # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
+    # dot_precision.py); 0 for 16-bit activations
+    ieee = ieee_code(x2.dtype)
+    rdna, si, sf, xp = _variants(qtype, k, cfg, ieee)
+    if xp_in and not xp:
+        raise ValueError(f"packed matmul: x given in the XP order, but {qtype} {n}x{k} does not "
+                         "read that order here")
     aux = None
     if sf:
         # x' (fp16, the dots' K order) and its sums, once for every row (triton_sf)
         from engine.kernels.triton_sf import sf_prepare
         x2, aux = sf_prepare(x2, cfg["JS"])
-    if xp:
+    if xp and not xp_in:
         shape, perm = _xperm_order(x2.shape[0], k, cfg["JS"], rdna, si)
         x2 = x2.reshape(shape).permute(perm).reshape(x2.shape[0], k)      # a contiguous copy
     for r0 in range(0, x2.shape[0], MAX_ROWS):
@@ -460,7 +503,8 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                 _packed_mm_kernel[grid](
                     xc, dst[r0 * som:], *pl, m, n, k, xc.stride(0), som, sop,
                     k // 4, k // 8, k // 16, k // 32, k // 256,  # plane row strides (specialized)
-                    *targs, **tkw, **pdl,
+                    *targs, odst if odst is not None else dst, **tkw, **pdl,
+                    **({"ODST": True} if odst is not None else {}),
                     TPS=cfg["tiles_per_split"], QT=_CODES[qtype], BN=cfg["BN"], NMB=nmb,
                     SPLIT=split, EVEN_K=k % 256 == 0, IEEE=ieee,
                     SB=cfg["SB"], JS=cfg["JS"], SWIGLU=swiglu, num_warps=cfg["num_warps"],
@@ -476,38 +520,43 @@ def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bo
                 _FEWER_STAGES[key] = now - 1
 
 
-def packed_partials(x: torch.Tensor, w, **override) -> torch.Tensor:
+def packed_partials(x: torch.Tensor, w, xp_in: bool = False, **override) -> torch.Tensor:
     """The split-K partial sums of ``x @ dequant(w).T``: float32 [S, M, N] (S = the shape's
     split count, 1 when unsplit), to be added in the order s = 0..S-1 by whatever reads them
-    (engine.kernels.triton_fused: the sum fused with the next step). x: [M, K]."""
+    (engine.kernels.triton_fused: the sum fused with the next step). x: [M, K]; xp_in: x's
+    columns are in the order ``xp_dest(w, ...)`` gives (the same bits)."""
     qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
     if m:
-        _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True)
+        _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True,
+                xp_in=xp_in)
     return ws
 
 
 def packed_residual_norm(x: torch.Tensor, w, xres: torch.Tensor, h: torch.Tensor,
                          norm_w: torch.Tensor, eps: float, tail: bool | None = None,
+                         xp_in: bool = False, dest: torch.Tensor | None = None,
                          **override) -> None:
     """xres [M, N] += x @ dequant(w).T (its split partials added in the order s = 0, 1, ...),
     then h [M, N] = RMSNorm(xres) * norm_w: triton_fused.residual_norm over packed_partials,
     whose bits it gives. With tails (tail: default triton_fused.TAILS) and up to
     tail_rows(N) rows the residual and norm run in the matmul's tail: one launch.
-    ``override``: see ``kernel_config``."""
+    xp_in: x in w's XP order (``xp_dest``); dest: h's column c is written at dest[c] (the next
+    matmul's XP order; the separate norm kernel then, not the tail). ``override``: see
+    ``kernel_config``."""
     qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     if m == 0:
         return
     on = triton_fused.TAILS if tail is None else tail
-    if m > tail_rows(n, on):
-        triton_fused.residual_norm(packed_partials(x2, w, **override), xres, h, norm_w, eps,
-                                   order_free=on)
+    if m > tail_rows(n, on) or dest is not None:
+        triton_fused.residual_norm(packed_partials(x2, w, xp_in, **override), xres, h, norm_w,
+                                   eps, order_free=on, dest=dest)
         return
     ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
     _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True,
-            tail=(1, xres, h, norm_w, eps, n, 1, cfg["splits"]))
+            tail=(1, xres, h, norm_w, eps, n, 1, cfg["splits"]), xp_in=xp_in)
 
 
 def swiglu_block(w, device: torch.device) -> int:
@@ -518,26 +567,34 @@ def swiglu_block(w, device: torch.device) -> int:
     return kernel_config(_qtype(w), n, k, sms)["BN"] // 2
 
 
-def packed_swiglu(x: torch.Tensor, w, tail: bool | None = None, **override) -> torch.Tensor:
+def packed_swiglu(x: torch.Tensor, w, tail: bool | None = None, xp_in: bool = False,
+                  dest: torch.Tensor | None = None, **override) -> torch.Tensor:
     """silu(gate) * up for a gate|up weight interleaved in blocks of ``swiglu_block(w)`` rows
     (gate rows bHB.. then up rows bHB.., block after block). x: [M, K] -> [M, N/2] in x.dtype:
     in the matmul's epilogue when the shape is not split, else partials and one reduction (in
-    the matmul's tail for few rows when tail, default triton_fused.TAILS). ``override``: see
-    ``kernel_config``."""
+    the matmul's tail for few rows when tail, default triton_fused.TAILS). xp_in: x in w's XP
+    order (``xp_dest``); dest: output column c at column dest[c] (the next matmul's XP order:
+    written so by the epilogue, else permuted after). ``override``: see ``kernel_config``."""
     qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     out = torch.empty((m, n // 2), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
     if cfg["splits"] == 1:
-        _launch(x2.contiguous(), planes, qtype, n, k, cfg, out.view(-1), n // 2, 0, False, swiglu=True)
+        _launch(x2.contiguous(), planes, qtype, n, k, cfg, out.view(-1), n // 2, 0, False,
+                swiglu=True, xp_in=xp_in, odst=dest)
         return out
     if m <= tail_rows(n // 2, tail):     # few rows: the SwiGLU in the matmul's tail, one launch
         ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
         _launch(x2.contiguous(), planes, qtype, n, k, cfg, ws.view(-1), n, m * n, True,
-                tail=(2, None, out, None, 0.0, n // 2, cfg["BN"] // 2, cfg["splits"]))
+                tail=(2, None, out, None, 0.0, n // 2, cfg["BN"] // 2, cfg["splits"]), xp_in=xp_in)
+    else:
+        swiglu_from_partials(packed_partials(x2, w, xp_in, **override), cfg["BN"] // 2, out)
+    if dest is None:
         return out
-    return swiglu_from_partials(packed_partials(x2, w, **override), cfg["BN"] // 2, out)
+    moved = torch.empty_like(out)
+    moved[:, dest.long()] = out
+    return moved
 
 
 def swiglu_from_partials(ws: torch.Tensor, hb: int, out: torch.Tensor) -> torch.Tensor:

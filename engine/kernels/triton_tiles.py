@@ -473,10 +473,11 @@ def _store(acc, o_ptr, row0, rn, M, N, som, sop, pid_s, SPLIT: tl.constexpr):
 
 
 @triton.jit
-def _store_swiglu(acc, o_ptr, row0, pid_n, M, som):
+def _store_swiglu(acc, o_ptr, row0, pid_n, M, som, od_ptr, ODST: tl.constexpr):
     """The SwiGLU epilogue of a gate|up weight whose rows are interleaved in blocks of BN/2
     (this program's rows: BN/2 gate rows, then the BN/2 up rows of the same outputs):
-    o[m, pid_n*BN/2 + i] = round(silu(round(g)) * round(u)), as the unfused layer rounds."""
+    o[m, pid_n*BN/2 + i] = round(silu(round(g)) * round(u)), as the unfused layer rounds.
+    ODST: output column c goes to column od[c] instead (the next matmul's XP order)."""
     BN: tl.constexpr = acc.shape[0]
     HB: tl.constexpr = BN // 2
     g, u = tl.split(tl.permute(tl.reshape(acc, [2, HB, 16]), (1, 2, 0)))     # [HB, 16] each
@@ -485,23 +486,26 @@ def _store_swiglu(acc, o_ptr, row0, pid_n, M, som):
     u = u.to(dt).to(tl.float32)
     rm = row0 + tl.arange(0, 16)
     ro = pid_n * HB + tl.arange(0, HB)
+    if ODST:
+        ro = tl.load(od_ptr + ro)
     tl.store(o_ptr + rm[None, :] * som + ro[:, None], (g * tl.sigmoid(g) * u).to(dt),
              mask=rm[None, :] < M)
 
 
 @triton.jit
 def _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop,
-               NMB: tl.constexpr, SPLIT: tl.constexpr, SWIGLU: tl.constexpr):
+               NMB: tl.constexpr, SPLIT: tl.constexpr, SWIGLU: tl.constexpr, od_ptr,
+               ODST: tl.constexpr):
     """The NMB 16-row slices' accumulators stored: through the SwiGLU epilogue, or as they are
     (as split-K partials when SPLIT)."""
     if SWIGLU:
-        _store_swiglu(acc0, o_ptr, 0, pid_n, M, som)
+        _store_swiglu(acc0, o_ptr, 0, pid_n, M, som, od_ptr, ODST)
         if NMB > 1:
-            _store_swiglu(acc1, o_ptr, 16, pid_n, M, som)
+            _store_swiglu(acc1, o_ptr, 16, pid_n, M, som, od_ptr, ODST)
         if NMB > 2:
-            _store_swiglu(acc2, o_ptr, 32, pid_n, M, som)
+            _store_swiglu(acc2, o_ptr, 32, pid_n, M, som, od_ptr, ODST)
         if NMB > 3:
-            _store_swiglu(acc3, o_ptr, 48, pid_n, M, som)
+            _store_swiglu(acc3, o_ptr, 48, pid_n, M, som, od_ptr, ODST)
     else:
         _store(acc0, o_ptr, 0, rn_out, M, N, som, sop, pid_s, SPLIT)
         if NMB > 1:
@@ -516,13 +520,14 @@ def _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, s
 def _packed_mm_kernel(
     x_ptr, o_ptr, p0, p1, p2, p3, p4, p5,
     M, N, K, sxm, som, sop, K4, K8, K16, K32, K256,
-    cnt_ptr, tx_ptr, th_ptr, tw_ptr, tsx, tsh, eps,
+    cnt_ptr, tx_ptr, th_ptr, tw_ptr, tsx, tsh, eps, od_ptr,
     TPS: tl.constexpr, QT: tl.constexpr, BN: tl.constexpr, NMB: tl.constexpr, SPLIT: tl.constexpr,
     EVEN_K: tl.constexpr, IEEE: tl.constexpr, SB: tl.constexpr, JS: tl.constexpr,
     SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1, X1: tl.constexpr = False,
     XP: tl.constexpr = False, RNE: tl.constexpr = False, DW: tl.constexpr = False, RDNA: tl.constexpr = False,
     TAIL: tl.constexpr = 0, TS: tl.constexpr = 1, TB: tl.constexpr = 16, RB: tl.constexpr = 1, HB: tl.constexpr = 1,
     PDL: tl.constexpr = False, PFL: tl.constexpr = 0, SF: tl.constexpr = False,
+    ODST: tl.constexpr = False,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
@@ -530,7 +535,8 @@ def _packed_mm_kernel(
     Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic).
     X1, XP (x loads), RNE (bf16 rounding in integer ops), DW (scale loads): the same bits
     (``_xload1``, ``_xperm_order``, ``_to_dot_type``, ``_kscales``); RDNA: ``triton_rdna``. TAIL:
-    the split's next step, in the last program (``_tail``). PDL, PFL: ``pdl.prefetch_weights``."""
+    the split's next step, in the last program (``_tail``). PDL, PFL: ``pdl.prefetch_weights``.
+    ODST (SWIGLU): output column c stored at column od_ptr[c] (``triton_kernels.xp_dest``)."""
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
@@ -570,7 +576,8 @@ def _packed_mm_kernel(
             acc0, acc1, acc2, acc3 = _tile_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, rn, kb,
                                                M, K, sxm, K8, K16, K256, NMB, IEEE, SB, RNE)
     pdl_late(PDL)       # a matmul's late trigger (SPECSCOPE_PDL_LATE=1)
-    _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU)
+    _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU,
+               od_ptr, ODST)
     if TAIL != 0:
         _tail(o_ptr, cnt_ptr, tx_ptr, th_ptr, tw_ptr, M, N, som, sop, tsx, tsh, eps, TAIL, TS, TB, RB, HB)
 

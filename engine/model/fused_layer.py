@@ -99,6 +99,12 @@ class FusedForward:
         # SPECSCOPE_DENSE_PREFILL=0: prefill on the packed kernels too (for comparisons)
         self.dense_prefill = (self._dense_ok()
                               and os.environ.get("SPECSCOPE_DENSE_PREFILL", "1") != "0")
+        # per layer, the XP orders of gate|up's and down's inputs (None: that matmul reads x
+        # as it is): the norm before gate|up and the SwiGLU before down write them so, and
+        # the matmul skips its own copy (triton_kernels.xp_dest; the same bits)
+        from engine.kernels.triton_kernels import xp_dest
+        self.xp = [(xp_dest(L.gate_up.parts[0], model.dtype, model.device),
+                    xp_dest(L.down.parts[0], model.dtype, model.device)) for L in model.layers]
 
     def _norm(self, ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor,
               w: torch.Tensor) -> None:
@@ -106,13 +112,15 @@ class FusedForward:
         residual_norm(ws, x, h, w, self.model.cfg.rms_eps)
 
     def _linear_norm(self, a: torch.Tensor, w: PackedWeight, dense: bool, x: torch.Tensor,
-                     h: torch.Tensor, nw: torch.Tensor) -> None:
-        """x += a @ w.T; h = norm(x) * nw (with SPECSCOPE_TAIL=1, one launch for few rows)."""
+                     h: torch.Tensor, nw: torch.Tensor, xp_in: bool = False,
+                     dest: torch.Tensor | None = None) -> None:
+        """x += a @ w.T; h = norm(x) * nw (with SPECSCOPE_TAIL=1, one launch for few rows).
+        xp_in: a in w's XP order; dest: h written in the next matmul's (packed only)."""
         if dense:
             self._norm(self._partials(a, w, True), x, h, nw)
             return
         from engine.kernels.triton_kernels import packed_residual_norm
-        packed_residual_norm(a, w, x, h, nw, self.model.cfg.rms_eps)
+        packed_residual_norm(a, w, x, h, nw, self.model.cfg.rms_eps, xp_in=xp_in, dest=dest)
 
     @staticmethod
     def _partials(x: torch.Tensor, w: PackedWeight, dense: bool) -> torch.Tensor:
@@ -125,10 +133,12 @@ class FusedForward:
         from engine.kernels.triton_kernels import packed_partials
         return packed_partials(x, w)
 
-    def _swiglu(self, h: torch.Tensor, w: PackedWeight, hb: int, dense: bool) -> torch.Tensor:
+    def _swiglu(self, h: torch.Tensor, w: PackedWeight, hb: int, dense: bool,
+                xp: tuple = (None, None)) -> torch.Tensor:
+        """xp: (gate|up's XP order, down's): h is in the first, the result in the second."""
         from engine.kernels.triton_kernels import packed_swiglu, swiglu_from_partials
         if not dense:
-            return packed_swiglu(h, w)
+            return packed_swiglu(h, w, xp_in=xp[0] is not None, dest=xp[1])
         out = torch.empty(h.shape[0], w.shape[0] // 2, dtype=h.dtype, device=h.device)
         return swiglu_from_partials(self._partials(h, w, True), hb, out)
 
@@ -170,10 +180,11 @@ class FusedForward:
                 a = attend(q, cache.kv[i, 0], cache.kv[i, 1]).reshape(R, Hq * D)
             else:
                 a = sdpa_gqa(q, cache, i, bias)
-            self._linear_norm(a, L.o.parts[0], dense, x, h, L.mlp_norm)
-            act = self._swiglu(h, L.gate_up.parts[0], L.gate_up.swiglu_block, dense)
+            xp = self.xp[i] if not dense else (None, None)
+            self._linear_norm(a, L.o.parts[0], dense, x, h, L.mlp_norm, dest=xp[0])
+            act = self._swiglu(h, L.gate_up.parts[0], L.gate_up.swiglu_block, dense, xp)
             nxt = layers[i + 1].attn_norm if i + 1 < len(layers) else m.norm
-            self._linear_norm(act, L.down.parts[0], dense, x, h, nxt)
+            self._linear_norm(act, L.down.parts[0], dense, x, h, nxt, xp_in=xp[1] is not None)
         if last_only:
             h = h[-1:]
         return m.lm_head(h, invariant=attend is not None).float()

@@ -499,3 +499,59 @@ def test_one_row_x_loads_are_bit_identical(tk):
                 tk._X1_DEFAULT, tk._XP_DEFAULT = old
                 tk._config.cache_clear()
             assert torch.equal(got, want[:1]), (n, k, x1, xp)
+
+
+@child_only
+def test_inputs_written_in_the_xp_order_give_the_same_bits(tk, dtype=torch.float16):
+    """XP_FUSED (engine.model.fused_layer): the norm before gate|up and the SwiGLU before down
+    write their outputs in the next matmul's XP order (``xp_dest``), and that matmul skips its
+    own copy (``xp_in``). Every output must equal the unfused path's bit for bit, moved to those
+    columns: the norm (both sums of squares), the matmul's partials, the residual norm after it,
+    the SwiGLU epilogue (and its split fallback), at 1 and 17 rows; float16, the GPU's 16-bit
+    path (float32 passes too: ~10 s more of the suite). The control: x in the natural order
+    given as ``xp_in`` gives other bits."""
+    from engine.kernels import triton_fused as tf
+    xp = {"XP": 1}
+    w_gu, _ = _weight("Q4_K", 512, 512, seed=11)      # gate|up: 256 outputs, down's K
+    w_dn, _ = _weight("Q4_K", 512, 256, seed=12)
+    cpu = torch.device("cpu")
+    assert tk.xp_dest(w_gu, dtype, cpu, XP=0) is None
+    assert tk.xp_dest(_weight("Q8_0", 64, 512)[0], dtype, cpu, XP=1) is None
+    d_gu, d_dn = tk.xp_dest(w_gu, dtype, cpu, **xp), tk.xp_dest(w_dn, dtype, cpu, **xp)
+    assert sorted(d_gu.tolist()) == list(range(512)) and d_gu.tolist() != list(range(512))
+    g = torch.Generator().manual_seed(3)
+    for m in (1, 17):
+        x = torch.randn(m, 512, generator=g).to(dtype)
+        cfg = tk.kernel_config("Q4_K", 512, 512, 16, **xp)
+        shape, perm = tk._xperm_order(m, 512, cfg["JS"])
+        x_xp = x.reshape(shape).permute(perm).reshape(m, 512)
+        assert torch.equal(x_xp[:, d_gu.long()], x)               # dest inverts the matmul's copy
+        want = tk.packed_partials(x, w_gu, **xp)
+        assert torch.equal(tk.packed_partials(x_xp, w_gu, xp_in=True, **xp), want)
+        assert not torch.equal(tk.packed_partials(x, w_gu, xp_in=True, **xp), want)   # control
+        # the norm: natural, then into gate|up's order
+        for of in (False, True):
+            xr, h = torch.randn(m, 512, generator=g).to(dtype), torch.empty(m, 512, dtype=dtype)
+            nw = torch.rand(512, generator=g).to(dtype)
+            xr2, h2 = xr.clone(), torch.empty_like(h)
+            tf.residual_norm(want, xr, h, nw, 1e-6, order_free=of)
+            tf.residual_norm(want, xr2, h2, nw, 1e-6, order_free=of, dest=d_gu)
+            assert torch.equal(xr2, xr) and torch.equal(h2[:, d_gu.long()], h), of
+        # the SwiGLU epilogue into down's order, and the split fallback (h scaled: random
+        # blocks' products overflow float16 otherwise)
+        h = (h.float() / 64).to(dtype)
+        h_xp = torch.empty_like(h)
+        h_xp[:, d_gu.long()] = h
+        for splits in (1, 2):
+            o = dict(xp, splits=splits)
+            act = tk.packed_swiglu(h, w_gu, **o)
+            act2 = tk.packed_swiglu(h_xp, w_gu, xp_in=True, dest=d_dn, **o)
+            assert torch.equal(act2[:, d_dn.long()], act) and act.isfinite().all(), splits
+        # down's residual norm from act in its order, h into gate|up's
+        xr, nw = torch.randn(m, 512, generator=g).to(dtype), torch.rand(512, generator=g).to(dtype)
+        xr2, h, h2 = xr.clone(), torch.empty(m, 512, dtype=dtype), torch.empty(m, 512, dtype=dtype)
+        tk.packed_residual_norm(act, w_dn, xr, h, nw, 1e-6, **xp)
+        tk.packed_residual_norm(act2, w_dn, xr2, h2, nw, 1e-6, xp_in=True, dest=d_gu, **xp)
+        assert torch.equal(xr2, xr) and torch.equal(h2[:, d_gu.long()], h) and h.isfinite().all()
+    with pytest.raises(ValueError, match="XP order"):
+        tk.packed_partials(x, w_gu, xp_in=True, XP=0)
