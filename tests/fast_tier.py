@@ -95,8 +95,8 @@ MODEL_TESTS: dict[str, tuple[str, ...]] = {
         "test_prompt_file_that_is_a_folder_or_not_utf8", "test_roofline_context_beyond_the_model_names_context"),
     "tests/specscope/test_doctor.py": (
         "test_asking_for_the_gpu_without_one_fails_the_gpu_check_with_its_fix",
-        "test_doctor_on_the_cpu_passes_and_names_the_activation_dtype",
-        "test_doctor_without_a_gpu_skips_the_gpu_checks_and_passes", "test_kernel_checks_in_the_triton_interpreter",
+        "test_doctor_without_a_gpu_skips_the_gpu_checks_passes_and_names_the_activation_dtype",
+        "test_kernel_checks_in_the_triton_interpreter",
         "test_a_broken_model_fails_the_model_check"),
     "tests/specscope/test_cli_check_exact.py": (),
     "tests/specscope/test_hostile_files.py": (

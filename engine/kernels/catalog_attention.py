@@ -89,14 +89,20 @@ def attention_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
         got = layout_attention_triton(qd, kvd[0], kvd[1], dl)
         want = attention_reference(qd, kvd[0], kvd[1], n, anc_mask)
         out.append((f"{_dt(dtype)} tree of {R} rows at {n}", got.float().cpu(), want, tol))
-        # the deepest row (4: rows 0, 1, 3 its ancestors) alone, one row after those three
-        # were committed at slots n..n+2: the same keys, other slots, a 1-row layout
-        one = WindowLayout(torch.tensor(n + 3, device=device), torch.zeros(1, dtype=torch.long,
-                           device=device), torch.zeros(1, 1, dtype=torch.long, device=device))
-        kv1 = kvd.clone()
-        for j, a in enumerate((0, 1, 3, 4)):
-            kv1[:, :, n + j] = kvd[:, :, n + a]
-        alone = layout_attention_triton(qd[4:5], kv1[0], kv1[1], one)
-        out.append((f"{_dt(dtype)} deepest row alone", alone.float().cpu(),
-                    got[4:5].float().cpu(), 0.0))
+        # rows 4 (the deepest: rows 0, 1, 3 its ancestors) and 3 alone, one row after their
+        # ancestors were committed at slots n..: the same keys, other slots, a 1-row layout.
+        # In the window, rows 0-3 share one program's tile for the splits of committed keys
+        # (triton_attention's rows packed), row 3 in tile rows 12-15; alone, a row's heads are
+        # tile rows 0-3: the same bits either way
+        for r in (4, 3):
+            path = [a for a in range(R) if anc_mask[r, a]]          # by depth, itself last
+            one = WindowLayout(torch.tensor(n + depths[r], device=device),
+                               torch.zeros(1, dtype=torch.long, device=device),
+                               torch.zeros(1, 1, dtype=torch.long, device=device))
+            kv1 = kvd.clone()
+            for j, a in enumerate(path):
+                kv1[:, :, n + j] = kvd[:, :, n + a]
+            alone = layout_attention_triton(qd[r:r + 1], kv1[0], kv1[1], one)
+            out.append((f"{_dt(dtype)} {'deepest row' if r == 4 else 'row 3'} alone",
+                        alone.float().cpu(), got[r:r + 1].float().cpu(), 0.0))
     return out

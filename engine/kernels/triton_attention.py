@@ -12,6 +12,15 @@ SPLIT_BLOCKS x BLOCK logical positions starting at a multiple of that length. It
 keys of each block by logical position, runs the online softmax over its blocks in order, and
 writes its partial (max, sum, accumulator) in float32. Splits and blocks past the row's last
 position do nothing, so a pass reads only the keys each row attends to (not the whole cache).
+Rows packed (PACK, a window of more than one row): a split of committed keys only holds the
+same keys for every row, so the program of every P-th row (P = GP // G) takes it for P rows in
+one tile, row i's heads in tile rows iG .. iG + G - 1, where one row a program left GP - G tile
+rows empty and read the keys once a row (the 8B-like model's 16-row pass spent 2.6x the
+one-row pass's attention time, BENCHMARKS.md). A tile row's scores, softmax and output are
+its own (the dots' and reductions' work per tile row does not depend on the other rows or on
+which tile row it is), so a row keeps the bits it gets alone: checked on the card by the
+doctor (a window's rows against the same rows alone) and bench/attn_ab.py, and in the
+interpreter against PACK off.
 
 Then the row's last split program to finish (an atomic counter per row and kv head, reset by
 that program) adds the row's splits in order 0, 1, ... (`_combine`; the split count is a
@@ -43,69 +52,122 @@ SPLIT_BLOCKS = int(os.environ.get("SPECSCOPE_ATTN_SPLIT_BLOCKS", "2"))
 # splits the combine loads at a time (SPECSCOPE_ATTN_COMBINE_CH, for measuring; any value gives
 # the same bits)
 CH = tl.constexpr(int(os.environ.get("SPECSCOPE_ATTN_COMBINE_CH", "8")))
+# rows packed (the kernel's P): a window's splits of committed keys, the same keys for every
+# row, run GP // G rows to a program, one tile (each row's bits as alone: _split_blocks).
+# SPECSCOPE_ATTN_PACK=0: one row a program everywhere (for the A/B)
+PACK = os.environ.get("SPECSCOPE_ATTN_PACK", "1") != "0"
+
+
+@triton.jit
+def _split_blocks(q, kbase, vbase, anc_ptr, r, sar, n, length, start, skc, scale,
+                  GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, SB: tl.constexpr,
+                  IEEE: tl.constexpr):
+    """The online softmax of q [GP, D] over one split's SB blocks of BN logical positions from
+    `start` (keys and values of one kv head at kbase / vbase), positions < length; returns
+    (m, l, acc). A block of committed keys only reads cache slots as they are; a block reaching
+    past n gathers row r's ancestors (anc). Every q row's result is its own: the same ops on
+    the same keys give a row the same bits whichever tile row it sits in."""
+    dd = tl.arange(0, D)
+    m_i = tl.full([GP], float("-inf"), tl.float32)
+    l_i = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, D], tl.float32)
+    # unrolled, keys and values loaded together: every block's loads issue before the first
+    # block's arithmetic. A block past the row's end (all masked: scores -inf, p = 0, alpha
+    # = 1) leaves m, l, acc as skipping it would, bit for bit; a split's first block is used.
+    for b in tl.static_range(SB):
+        offs = start + b * BN + tl.arange(0, BN)
+        valid = offs < length
+        rel = offs - n
+        if start + (b + 1) * BN <= n:       # committed keys: no ancestor load to wait on
+            slot = offs.to(tl.int64)
+        else:
+            a = tl.load(anc_ptr + r * sar + rel, mask=valid & (rel >= 0), other=0)
+            slot = tl.where(rel < 0, offs, n + a)
+        kk = tl.load(kbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
+        vv = tl.load(vbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
+        if IEEE:
+            sc = dot_f32(q, tl.trans(kk), None, IEEE)
+        else:
+            sc = tl.dot(q, tl.trans(kk))
+        sc = tl.where(valid[None, :], sc * scale, float("-inf"))           # [GP, BN]
+        m_new = tl.maximum(m_i, tl.max(sc, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(sc - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            pv = dot_f32(p, vv, None, IEEE)
+        else:
+            pv = tl.dot(p.to(vv.dtype), vv)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n, NH, sor, soh,
+                       NS: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                       BN: tl.constexpr, SB: tl.constexpr):
+    """Row r, kv head h: one more split partial stored; the row's last split to finish adds
+    all of them (a counter per (row, kv head); its release/acquire makes the others' partials
+    visible) and resets the counter."""
+    rh = r * NH + h
+    ns = tl.cdiv(n + tl.load(depth_ptr + r) + 1, SB * BN)   # the row's splits: its own length only
+    done = tl.atomic_add(cnt_ptr + rh, 1, sem="acq_rel", scope="gpu")
+    if done == ns - 1:
+        _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, rh * NS, ns, sor, soh, NS, G, GP, D)
+        tl.atomic_xchg(cnt_ptr + rh, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
 def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, acc_ptr,
                   cnt_ptr, o_ptr, sqr, sqh, skh, skc, sar, sor, soh, scale, NS: tl.constexpr,
                   G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
-                  SB: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False):
+                  SB: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False,
+                  P: tl.constexpr = 1):
+    """Program (r, h, s): row r, kv head h, split s. P > 1 (rows packed): a split of committed
+    keys only is the same for every row, so the program of each P-th row takes it for rows
+    r .. r + P - 1 in one tile (row i's G heads at tile rows i G .. i G + G - 1; the others'
+    programs do nothing there); a split reaching past n stays one row's."""
     pdl_wait(PDL)       # engine.kernels.pdl
     r, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = tl.load(n_ptr)
-    length = n + tl.load(depth_ptr + r) + 1          # the row's logical key count
     start = s * SB * BN
-    if start < length:
-        g = tl.arange(0, GP)
-        dd = tl.arange(0, D)
-        q = tl.load(q_ptr + r * sqr + (h * G + g)[:, None] * sqh + dd[None, :],
-                    mask=g[:, None] < G, other=0.0)                         # [GP, D]
-        m_i = tl.full([GP], float("-inf"), tl.float32)
-        l_i = tl.zeros([GP], tl.float32)
-        acc = tl.zeros([GP, D], tl.float32)
-        kbase = k_ptr + h * skh
-        vbase = v_ptr + h * skh
-        # unrolled, keys and values loaded together: every block's loads issue before the first
-        # block's arithmetic. A block past the row's end (all masked: scores -inf, p = 0, alpha
-        # = 1) leaves m, l, acc as skipping it would, bit for bit; a split's first block is used.
-        for b in tl.static_range(SB):
-            offs = start + b * BN + tl.arange(0, BN)
-            valid = offs < length
-            rel = offs - n
-            if start + (b + 1) * BN <= n:       # committed keys: no ancestor load to wait on
-                slot = offs.to(tl.int64)
-            else:
-                a = tl.load(anc_ptr + r * sar + rel, mask=valid & (rel >= 0), other=0)
-                slot = tl.where(rel < 0, offs, n + a)
-            kk = tl.load(kbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
-            vv = tl.load(vbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
-            if IEEE:
-                sc = dot_f32(q, tl.trans(kk), None, IEEE)
-            else:
-                sc = tl.dot(q, tl.trans(kk))
-            sc = tl.where(valid[None, :], sc * scale, float("-inf"))           # [GP, BN]
-            m_new = tl.maximum(m_i, tl.max(sc, 1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(sc - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            if IEEE:
-                pv = dot_f32(p, vv, None, IEEE)
-            else:
-                pv = tl.dot(p.to(vv.dtype), vv)
-            acc = acc * alpha[:, None] + pv
-            m_i = m_new
-        rh = r * tl.num_programs(1) + h
-        w = rh * NS + s
-        tl.store(m_ptr + w * GP + g, m_i)
-        tl.store(l_ptr + w * GP + g, l_i)
-        tl.store(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], acc)
-        # the row's last split to finish adds all of them (a counter per (row, kv head); its
-        # release/acquire makes the others' partials visible) and resets the counter
-        ns = tl.cdiv(length, SB * BN)     # the row's splits: a function of its own length only
-        done = tl.atomic_add(cnt_ptr + rh, 1, sem="acq_rel", scope="gpu")
-        if done == ns - 1:
-            _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, rh * NS, ns, sor, soh, NS, G, GP, D)
-            tl.atomic_xchg(cnt_ptr + rh, 0, sem="relaxed", scope="gpu")
+    g = tl.arange(0, GP)
+    dd = tl.arange(0, D)
+    kbase = k_ptr + h * skh
+    vbase = v_ptr + h * skh
+    NH = tl.num_programs(1)
+    if P > 1 and start + SB * BN <= n:
+        if r % P == 0:
+            R = tl.num_programs(0)
+            row = r + g // G
+            ok = (g < P * G) & (row < R)
+            hq = h * G + g % G
+            q = tl.load(q_ptr + row[:, None] * sqr + hq[:, None] * sqh + dd[None, :],
+                        mask=ok[:, None], other=0.0)                         # [GP, D]
+            m_i, l_i, acc = _split_blocks(q, kbase, vbase, anc_ptr, r, sar, n, n, start, skc,
+                                          scale, GP, D, BN, SB, IEEE)
+            w = ((row * NH + h) * NS + s) * GP + g % G
+            tl.store(m_ptr + w, m_i, mask=ok)
+            tl.store(l_ptr + w, l_i, mask=ok)
+            tl.store(acc_ptr + w[:, None] * D + dd[None, :], acc, mask=ok[:, None])
+            for i in tl.static_range(P):
+                if r + i < R:
+                    _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r + i, h,
+                                       n, NH, sor, soh, NS, G, GP, D, BN, SB)
+    else:
+        length = n + tl.load(depth_ptr + r) + 1          # the row's logical key count
+        if start < length:
+            q = tl.load(q_ptr + r * sqr + (h * G + g)[:, None] * sqh + dd[None, :],
+                        mask=g[:, None] < G, other=0.0)                         # [GP, D]
+            m_i, l_i, acc = _split_blocks(q, kbase, vbase, anc_ptr, r, sar, n, length, start, skc,
+                                          scale, GP, D, BN, SB, IEEE)
+            w = (r * NH + h) * NS + s
+            tl.store(m_ptr + w * GP + g, m_i)
+            tl.store(l_ptr + w * GP + g, l_i)
+            tl.store(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], acc)
+            _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n, NH,
+                               sor, soh, NS, G, GP, D, BN, SB)
 
 
 @triton.jit
@@ -192,5 +254,5 @@ def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, n, layout.depth, anc, m_ws, l_ws, acc_ws, _counters(q.device, R * Hkv), out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), anc.stride(0), out.stride(0),
         out.stride(1), D ** -0.5, NS=NS, G=G, GP=GP, D=D, BN=BLOCK, SB=SPLIT_BLOCKS, IEEE=ieee,
-        num_warps=4, **pdl_kwargs(q))
+        num_warps=4, **pdl_kwargs(q), **({"P": GP // G} if PACK and R > 1 and GP // G > 1 else {}))
     return out

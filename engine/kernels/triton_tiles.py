@@ -526,8 +526,7 @@ def _packed_mm_kernel(
     SWIGLU: tl.constexpr = False, HDR: tl.constexpr = 1, X1: tl.constexpr = False,
     XP: tl.constexpr = False, RNE: tl.constexpr = False, DW: tl.constexpr = False, RDNA: tl.constexpr = False,
     TAIL: tl.constexpr = 0, TS: tl.constexpr = 1, TB: tl.constexpr = 16, RB: tl.constexpr = 1, HB: tl.constexpr = 1,
-    PDL: tl.constexpr = False, PFL: tl.constexpr = 0, SF: tl.constexpr = False,
-    ODST: tl.constexpr = False,
+    PDL: tl.constexpr = False, PFL: tl.constexpr = 0, SF: tl.constexpr = False, ODST: tl.constexpr = False,
 ):
     """One program: weight rows [pid_n*BN, +BN), tiles [pid_s*TPS, +TPS) of TK = 256*SB values
     (SB superblocks for K-quants; SB = 1 for the 32-block types). SWIGLU (no split): the
@@ -535,10 +534,9 @@ def _packed_mm_kernel(
     Q4_KN's tile reads the packed scales (``_sb_q4kn``; loads only, never the arithmetic).
     X1, XP (x loads), RNE (bf16 rounding in integer ops), DW (scale loads): the same bits
     (``_xload1``, ``_xperm_order``, ``_to_dot_type``, ``_kscales``); RDNA: ``triton_rdna``. TAIL:
-    the split's next step, in the last program (``_tail``). PDL, PFL: ``pdl.prefetch_weights``.
-    ODST (SWIGLU): output column c stored at column od_ptr[c] (``triton_kernels.xp_dest``)."""
-    pid_n = tl.program_id(0)
-    pid_s = tl.program_id(1)
+    the split's next step, in the last program (``_tail``). PDL, PFL: ``pdl.prefetch_weights``. ODST
+    (SWIGLU): output column c stored at column od_ptr[c] (``triton_kernels.xp_dest``)."""
+    pid_n, pid_s = tl.program_id(0), tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
     rn = tl.minimum(rn_out, N - 1)          # clamped rows: loads need no N mask
     prefetch_weights(p0, rn, pid_s, K4, K8, K256, QT, TPS, SB, PFL, PDL)
@@ -576,8 +574,7 @@ def _packed_mm_kernel(
             acc0, acc1, acc2, acc3 = _tile_q6k(acc0, acc1, acc2, acc3, x_ptr, p0, p1, p2, p3, rn, kb,
                                                M, K, sxm, K8, K16, K256, NMB, IEEE, SB, RNE)
     pdl_late(PDL)       # a matmul's late trigger (SPECSCOPE_PDL_LATE=1)
-    _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU,
-               od_ptr, ODST)
+    _store_all(acc0, acc1, acc2, acc3, o_ptr, rn_out, pid_n, pid_s, M, N, som, sop, NMB, SPLIT, SWIGLU, od_ptr, ODST)
     if TAIL != 0:
         _tail(o_ptr, cnt_ptr, tx_ptr, th_ptr, tw_ptr, M, N, som, sop, tsx, tsh, eps, TAIL, TS, TB, RB, HB)
 

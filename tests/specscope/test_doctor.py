@@ -272,6 +272,37 @@ def test_attention_over_many_splits_keeps_its_rows_and_sums(capsys):
 
 
 @child_only
+def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
+    """A window's splits of committed keys run GP // G rows to a program (triton_attention's
+    rows packed, P): every row, head and the combine's result equal one row a program
+    (SPECSCOPE_ATTN_PACK=0) bit for bit, for 3, 4 and 2 query heads a kv head (5, 4 and 8
+    rows a program), windows of 2-17 rows (rows left over in the last program), a tree, and
+    contexts whose splits are all committed but the last, or reach past n in two."""
+    import engine.kernels.triton_attention as ta
+    from engine.kernels.window_layout import WindowLayout, ancestor_table
+    g = torch.Generator().manual_seed(7)
+    for hq, hkv, d, rows, n in ((9, 3, 32, 7, 300), (8, 2, 32, 17, 250), (4, 2, 16, 5, 640),
+                                (9, 3, 32, 2, 129)):
+        q = torch.randn(rows, hq, d, generator=g)
+        kv = torch.randn(2, hkv, 1024, d, generator=g)
+        parent = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, rows)]
+        depths = [0] * rows
+        mask = torch.zeros(rows, rows, dtype=torch.bool)
+        for r in range(rows):
+            a = r
+            while a >= 0:
+                mask[r, a] = True
+                a = parent[a]
+            depths[r] = int(mask[r].sum()) - 1
+        lay = WindowLayout(torch.tensor(n), torch.tensor(depths), ancestor_table(depths, mask))
+        got = {}
+        for pack in (True, False):
+            monkeypatch.setattr(ta, "PACK", pack)
+            got[pack] = ta.layout_attention_triton(q, kv[0], kv[1], lay)
+        assert torch.equal(got[True], got[False]), (hq, hkv, rows, n)
+
+
+@child_only
 def test_the_swiglu_check_knows_the_interleaved_layout(capsys):
     """The kernel matches the reference's blocks of 32; a reference with another block size
     (or gate and up not interleaved) does not."""
