@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Device calls for the attention's rows packed (engine.kernels.triton_attention, PACK;
-# SPECSCOPE_ATTN_PACK=0|1). Expects the gguf wheel in .whl and the tokenizer GGUF in
-# .device_tok; the 8B-like Q4_K_M is made on the card. Results in $OUT.
-#   bash bench/pack_session.sh attn    # bench/attn_ab.py with PACK off / on / on / off (bundled and
-#                                      # 8B-like heads, 1 and 16 rows): same bits, µs a launch;
+# SPECSCOPE_ATTN_PACK=0|1). Expects the gguf wheel in .whl, the tokenizer GGUF in .device_tok and
+# .old/engine_pre_pack.tgz (`git archive b1b7a53 engine | gzip`); the 8B-like Q4_K_M is made on
+# the card. Results in $OUT.
+#   bash bench/pack_session.sh attn    # bench/attn_ab.py on the tree before the change, PACK off,
+#                                      # PACK on (bundled and 8B-like heads, 1 and 16 rows): same
+#                                      # bits, µs a launch;
 #                                      # the 8B-like passes PACK 1 / 0; its chains of rows
 #                                      # against one-row passes (PACK on)
 set -u
@@ -13,14 +15,15 @@ attn)
   step "8B-like model"
   [ -f $M8 ] || timeout 300 python3 bench/make_model.py --shape qwen3-8b --recipe Q4_K_M --out $M8 \
     --tokenizer-from .device_tok/tokenizer.gguf 2>&1 | tail -1
-  step "attention A/B: PACK 0 1 1 0"
-  i=0
-  for p in 0 1 1 0; do
-    i=$((i + 1))
-    SPECSCOPE_ATTN_PACK=$p timeout 150 python3 bench/attn_ab.py save $OUT/attn_$i.pt > $OUT/attn_$i.log 2>&1 || tail -5 $OUT/attn_$i.log
+  step "attention: the tree before (b1b7a53, .old/engine_pre_pack.tgz), PACK 0, PACK 1"
+  rm -rf /tmp/old2 && mkdir -p /tmp/old2 && tar xzf .old/engine_pre_pack.tgz -C /tmp/old2
+  PYTHONPATH=/tmp/old2:/tmp/site timeout 150 python3 bench/attn_ab.py save $OUT/attn_old.pt > $OUT/attn_old.log 2>&1 || tail -5 $OUT/attn_old.log
+  for p in 0 1; do
+    SPECSCOPE_ATTN_PACK=$p timeout 150 python3 bench/attn_ab.py save $OUT/attn_$p.pt > $OUT/attn_$p.log 2>&1 || tail -5 $OUT/attn_$p.log
   done
-  python3 bench/attn_ab.py compare $OUT/attn_1.pt $OUT/attn_2.pt 2>&1 | tee $OUT/attn_compare_a.txt
-  python3 bench/attn_ab.py compare $OUT/attn_4.pt $OUT/attn_3.pt 2>&1 | tee $OUT/attn_compare_b.txt
+  head -1 $OUT/attn_old.log $OUT/attn_0.log
+  python3 bench/attn_ab.py compare $OUT/attn_old.pt $OUT/attn_0.pt 2>&1 | tee $OUT/attn_old_vs_0.txt | tail -1
+  python3 bench/attn_ab.py compare $OUT/attn_0.pt $OUT/attn_1.pt 2>&1 | tee $OUT/attn_0_vs_1.txt
   rm -f $OUT/attn_*.pt
   step "8B passes, PACK 1 0"
   for p in 1 0; do
