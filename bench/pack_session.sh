@@ -30,6 +30,6 @@ attn)
     SPECSCOPE_ATTN_PACK=$p timeout 100 python3 bench/speed_steps.py $M8 quick 2>&1 | grep -v Warn | tail -1 | sed "s/^/pack=$p /"
   done
   step "chains of rows against one-row passes (PACK on)"
-  timeout 150 python3 bench/speed_steps.py $M8 exact 2>&1 | grep "^exact" ;;
+  SPECSCOPE_ATTN_PACK=1 timeout 150 python3 bench/speed_steps.py $M8 exact 2>&1 | grep "^exact" ;;
 esac
 step done
