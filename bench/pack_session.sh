@@ -8,6 +8,7 @@
 #                                      # bits, µs a launch;
 #                                      # the 8B-like passes PACK 1 / 0; its chains of rows
 #                                      # against one-row passes (PACK on)
+#   bash bench/pack_session.sh bits    # the attention A/B alone (no 8B-like model)
 set -u
 . bench/device_session.sh
 case "${1:-attn}" in
@@ -31,5 +32,15 @@ attn)
   done
   step "chains of rows against one-row passes (PACK on)"
   SPECSCOPE_ATTN_PACK=1 timeout 150 python3 bench/speed_steps.py $M8 exact 2>&1 | grep "^exact" ;;
+bits)    # the attention A/B alone (no model): the tree before, PACK 0, PACK 1
+  rm -rf /tmp/old2 && mkdir -p /tmp/old2 && tar xzf .old/engine_pre_pack.tgz -C /tmp/old2
+  PYTHONPATH=/tmp/old2:/tmp/site timeout 150 python3 bench/attn_ab.py save $OUT/attn_old.pt > $OUT/attn_old.log 2>&1 || tail -5 $OUT/attn_old.log
+  for p in 0 1; do
+    SPECSCOPE_ATTN_PACK=$p timeout 150 python3 bench/attn_ab.py save $OUT/attn_$p.pt > $OUT/attn_$p.log 2>&1 || tail -5 $OUT/attn_$p.log
+  done
+  head -1 $OUT/attn_old.log $OUT/attn_0.log
+  python3 bench/attn_ab.py compare $OUT/attn_old.pt $OUT/attn_0.pt 2>&1 | tee $OUT/attn_old_vs_0.txt | tail -1
+  python3 bench/attn_ab.py compare $OUT/attn_0.pt $OUT/attn_1.pt 2>&1 | tee $OUT/attn_0_vs_1.txt
+  rm -f $OUT/attn_*.pt ;;
 esac
 step done
