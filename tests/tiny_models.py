@@ -27,14 +27,16 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
           "{% endif %}")
 
 
-def tiny_config(arch: str, rope: dict | None = None):
+def tiny_config(arch: str, rope: dict | None = None, sizes: dict | None = None):
     """The transformers config of the tiny model of this architecture; rope: a RoPE scaling
-    ({"rope_type": "yarn", "factor": 4.0, ...}) in transformers' rope_parameters form."""
+    ({"rope_type": "yarn", "factor": 4.0, ...}) in transformers' rope_parameters form; sizes:
+    config fields to change (hidden_size=256, ...)."""
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=256, rms_norm_eps=1e-5,
                   bos_token_id=1, eos_token_id=2)
+    common.update(sizes or {})
 
     def theta(t: float) -> dict:
         return {"rope_theta": t} if rope is None else {"rope_parameters": dict(rope, rope_theta=t)}
@@ -48,12 +50,12 @@ def tiny_config(arch: str, rope: dict | None = None):
     raise ValueError(f"no tiny model for {arch!r}")
 
 
-def tiny_model(arch: str, seed: int = 0, rope: dict | None = None):
+def tiny_model(arch: str, seed: int = 0, rope: dict | None = None, sizes: dict | None = None):
     """A transformers model with every parameter randomised (biases and norms too, so a mix-up shows)."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(arch, rope), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, rope, sizes), dtype=torch.float32)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
@@ -119,11 +121,11 @@ _GGUF_LAYER = {
 }
 
 
-def gguf_tensors(arch: str, seed: int = 0) -> dict[str, np.ndarray]:
+def gguf_tensors(arch: str, seed: int = 0, sizes: dict | None = None) -> dict[str, np.ndarray]:
     """The tiny model's weights under GGUF names (float32, q/k permuted for llama)."""
-    cfg = tiny_config(arch)
+    cfg = tiny_config(arch, sizes=sizes)
     out = {}
-    for name, t in tiny_model(arch, seed).state_dict().items():
+    for name, t in tiny_model(arch, seed, sizes=sizes).state_dict().items():
         w = t.numpy().astype(np.float32)
         if name == "model.embed_tokens.weight":
             out["token_embd.weight"] = w
@@ -153,10 +155,21 @@ def default_qtype(name: str, w: np.ndarray):
     return kinds.get(name.split(".")[-2], Q.Q8_0)  # token_embd, output: Q8_0
 
 
+def _random_q4_k(shape: tuple, seed: int) -> np.ndarray:
+    """Random Q4_K blocks for a [n, k] weight (k % 256 == 0): uint8 [n, k / 256 * 144], the
+    scales d and dmin small (weights of order 0.1), every other byte random."""
+    import gguf
+    n, k = shape
+    size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q4_K][1]
+    raw = np.random.default_rng(seed + n + k).integers(0, 256, (n * (k // 256), size), dtype=np.uint8)
+    raw[:, 0:4] = np.array([2e-4, 1e-4], dtype=np.float16).view(np.uint8)
+    return raw.reshape(n, k // 256 * size)
+
+
 def make_tiny_gguf(arch: str, path: str | Path, seed: int = 0, *, qtype_of=default_qtype,
                    tensors: dict[str, np.ndarray] | None = None, metadata_overrides: dict | None = None,
-                   gguf_arch: str | None = None) -> Path:
-    """Write the tiny model of `arch` as a GGUF file; returns path.
+                   gguf_arch: str | None = None, sizes: dict | None = None) -> Path:
+    """Write the tiny model of `arch` as a GGUF file; returns path. sizes: tiny_config's.
 
     tensors: replace the weights (e.g. drop one to test a missing tensor); qtype_of(name, w) picks
     each tensor's type (a gguf.GGMLQuantizationType; integer numpy arrays are written as is);
@@ -167,7 +180,7 @@ def make_tiny_gguf(arch: str, path: str | Path, seed: int = 0, *, qtype_of=defau
     from gguf import GGMLQuantizationType as Q
 
     path = Path(path)
-    cfg = tiny_config(arch)
+    cfg = tiny_config(arch, sizes=sizes)
     name = gguf_arch or arch
     w = gguf.GGUFWriter(str(path), name)
     meta = {
@@ -201,7 +214,7 @@ def make_tiny_gguf(arch: str, path: str | Path, seed: int = 0, *, qtype_of=defau
     w.add_add_bos_token(False)
     w.add_chat_template(tokenizer_config["chat_template"])
 
-    for tname, arr in (gguf_tensors(arch, seed) if tensors is None else tensors).items():
+    for tname, arr in (gguf_tensors(arch, seed, sizes) if tensors is None else tensors).items():
         if arr.dtype.kind in "iu":
             w.add_tensor(tname, arr)
             continue
@@ -210,6 +223,8 @@ def make_tiny_gguf(arch: str, path: str | Path, seed: int = 0, *, qtype_of=defau
             w.add_tensor(tname, arr.astype(np.float32))
         elif qt == Q.F16:
             w.add_tensor(tname, arr.astype(np.float16))
+        elif qt == Q.Q4_K:      # gguf-py has no Q4_K quantizer: random blocks of the shape
+            w.add_tensor(tname, _random_q4_k(arr.shape, seed), raw_dtype=qt)
         else:
             w.add_tensor(tname, gguf.quants.quantize(arr, qt), raw_dtype=qt)
     w.write_header_to_file()

@@ -4,6 +4,7 @@ attention site calls these."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Iterator
 
 import torch
@@ -39,11 +40,14 @@ def attention_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                     if scope == "kernels" and dtype == torch.float16 or _skip_in_kernels(t, scope, dtype):
                         continue
 
-                    def call(hq=hq, hkv=hkv, d=d, cap=cap, rows=rows, dtype=dtype):
+                    def call(hq=hq, hkv=hkv, d=d, cap=cap, rows=rows, dtype=dtype, pack=None):
                         kv = _meta(2, hkv, cap, d, dtype=dtype)       # one layer of the cache
                         layout_attention_triton(_meta(rows, hq, d, dtype=dtype), kv[0], kv[1],
-                                                _graph_layout(rows))
+                                                _graph_layout(rows), pack=pack)
                     yield f"{_dt(dtype)} heads {hq}/{hkv}x{d} cache {cap} rows {rows}", call
+                    if rows == 16 and cap == 2048 and scope != "kernels":     # rows packed (opt-in)
+                        yield (f"{_dt(dtype)} heads {hq}/{hkv}x{d} cache {cap} rows {rows} packed",
+                               partial(call, pack=True))
 
 
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int,
@@ -89,11 +93,15 @@ def attention_smoke(device: torch.device, dtypes=DTYPES) -> Smoke:
         got = layout_attention_triton(qd, kvd[0], kvd[1], dl)
         want = attention_reference(qd, kvd[0], kvd[1], n, anc_mask)
         out.append((f"{_dt(dtype)} tree of {R} rows at {n}", got.float().cpu(), want, tol))
+        # rows packed (opt-in, triton_attention.PACK): rows 0-3 share one program's tile for
+        # the splits of committed keys, row 3 in tile rows 12-15: the same bits as one row a
+        # program
+        packed = layout_attention_triton(qd, kvd[0], kvd[1], dl, pack=True)
+        out.append((f"{_dt(dtype)} tree of {R} rows, packed", packed.float().cpu(),
+                    got.float().cpu(), 0.0))
         # rows 4 (the deepest: rows 0, 1, 3 its ancestors) and 3 alone, one row after their
-        # ancestors were committed at slots n..: the same keys, other slots, a 1-row layout.
-        # In the window, rows 0-3 share one program's tile for the splits of committed keys
-        # (triton_attention's rows packed), row 3 in tile rows 12-15; alone, a row's heads are
-        # tile rows 0-3: the same bits either way
+        # ancestors were committed at slots n..: the same keys, other slots, a 1-row layout
+        # (a row's heads in tile rows 0-3)
         for r in (4, 3):
             path = [a for a in range(R) if anc_mask[r, a]]          # by depth, itself last
             one = WindowLayout(torch.tensor(n + depths[r], device=device),

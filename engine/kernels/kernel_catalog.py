@@ -387,6 +387,11 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                        lambda hid=hid, S=S, d=dtype: tf.residual_norm(
                            _meta(S, 3, hid) if S else None, _meta(3, hid, dtype=d),
                            _meta(3, hid, dtype=d), _meta(hid, dtype=d), 1e-6))
+                if hid == 4096 and S == 1:      # h into the next matmul's XP order (XP_FUSED)
+                    yield (f"residual norm {_dt(dtype)} {hid} S{S} into the XP order",
+                           lambda hid=hid, S=S, d=dtype: tf.residual_norm(
+                               _meta(S, 3, hid), _meta(3, hid, dtype=d), _meta(3, hid, dtype=d),
+                               _meta(hid, dtype=d), 1e-6, dest=_meta(hid, dtype=torch.int32)))
         for a, (hq, hkv, d) in enumerate(HEAD_LAYOUTS):
             variants = ((1, 1, False, False), (2, 4, True, False), (1, 2, False, True))
             for sa, sb, qkn, bias in variants:
@@ -417,6 +422,11 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                 yield (f"partials {qtype} {_dt(dtype)} {n // 2}x{k}",
                        lambda n=n, k=k, q=qtype, d=dtype: tk.packed_partials(_meta(1, k, dtype=d),
                                                                             _meta_packed(q, n // 2, k)))
+                if qtype == "Q4_K" and n == 24576:     # its output into down's XP order (XP_FUSED)
+                    yield (f"SwiGLU {qtype} {_dt(dtype)} {n}x{k} into the XP order",
+                           lambda n=n, k=k, q=qtype, d=dtype: tk.packed_swiglu(
+                               _meta(1, k, dtype=d), _meta_packed(q, n, k), xp_in=True,
+                               dest=_meta(n // 2, dtype=torch.int32)))
     for dtype in dtypes:
         for S in (1, 2, 4):
             if few and S != 2:

@@ -228,9 +228,10 @@ def bind_layout_attention_triton(layout: WindowLayout):
 
 
 def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            layout: WindowLayout) -> torch.Tensor:
+                            layout: WindowLayout, pack: bool | None = None) -> torch.Tensor:
     """q: [R, Hq, D]; k, v: [Hkv, C, D] (one layer of the cache, same strides); layout.n a 0-d or
-    1-element long tensor on the device (or an int). Returns [R, Hq, D] in q's dtype."""
+    1-element long tensor on the device (or an int). Returns [R, Hq, D] in q's dtype. pack: rows
+    packed (default PACK; the same bits either way)."""
     R, Hq, D = q.shape
     Hkv, C = k.shape[0], k.shape[1]
     G = Hq // Hkv
@@ -255,5 +256,5 @@ def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, n, layout.depth, anc, m_ws, l_ws, acc_ws, _counters(q.device, R * Hkv), out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), anc.stride(0), out.stride(0),
         out.stride(1), D ** -0.5, NS=NS, G=G, GP=GP, D=D, BN=BLOCK, SB=SPLIT_BLOCKS, IEEE=ieee,
-        num_warps=4, **pdl_kwargs(q), **({"P": GP // G} if PACK and R > 1 and GP // G > 1 else {}))
+        num_warps=4, **pdl_kwargs(q), **({"P": GP // G} if (PACK if pack is None else pack) and R > 1 and GP // G > 1 else {}))
     return out

@@ -559,6 +559,15 @@ def packed_residual_norm(x: torch.Tensor, w, xres: torch.Tensor, h: torch.Tensor
             tail=(1, xres, h, norm_w, eps, n, 1, cfg["splits"]), xp_in=xp_in)
 
 
+def swiglu_in_epilogue(w, device: torch.device) -> bool:
+    """Whether ``packed_swiglu`` of this gate|up weight on ``device`` runs the SwiGLU in the
+    matmul's epilogue (the shape unsplit), where its output can go straight into the next
+    matmul's XP order (``dest``); a split shape would move it with one more launch."""
+    n, k = (int(s) for s in w.shape)
+    sms = _sm_count(device.index or 0) if device.type == "cuda" else 16
+    return kernel_config(_qtype(w), n, k, sms)["splits"] == 1
+
+
 def swiglu_block(w, device: torch.device) -> int:
     """The interleave block HB of a gate|up weight for ``packed_swiglu`` on ``device``: half the
     kernel's row block for the shape (a function of the shape and the device only)."""

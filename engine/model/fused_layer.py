@@ -100,11 +100,14 @@ class FusedForward:
         self.dense_prefill = (self._dense_ok()
                               and os.environ.get("SPECSCOPE_DENSE_PREFILL", "1") != "0")
         # per layer, the XP orders of gate|up's and down's inputs (None: that matmul reads x
-        # as it is): the norm before gate|up and the SwiGLU before down write them so, and
-        # the matmul skips its own copy (triton_kernels.xp_dest; the same bits)
-        from engine.kernels.triton_kernels import xp_dest
-        self.xp = [(xp_dest(L.gate_up.parts[0], model.dtype, model.device),
-                    xp_dest(L.down.parts[0], model.dtype, model.device)) for L in model.layers]
+        # as it is): the norm before gate|up and the SwiGLU before down (in gate|up's
+        # epilogue; a split gate|up would need a launch to move it) write them so, and the
+        # matmul skips its own copy (triton_kernels.xp_dest; the same bits)
+        from engine.kernels.triton_kernels import swiglu_in_epilogue, xp_dest
+        dt, dev = model.dtype, model.device
+        self.xp = [(xp_dest(L.gate_up.parts[0], dt, dev),
+                    xp_dest(L.down.parts[0], dt, dev) if swiglu_in_epilogue(L.gate_up.parts[0], dev)
+                    else None) for L in model.layers]
 
     def _norm(self, ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor,
               w: torch.Tensor) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import re
 import subprocess
 import sys
 from functools import partial
@@ -58,16 +59,20 @@ def _report():
 
 
 @no_gpu_only
-def test_doctor_without_a_gpu_skips_the_gpu_checks_passes_and_names_the_activation_dtype(capsys):
-    """No --device: the doctor finds no GPU and checks the CPU, in the dtype asked for (one run
-    of the doctor for both: each costs ~20 s of this suite)."""
-    code = main(["doctor", "--dtype", "float32"])
+def test_doctor_without_a_gpu_skips_the_gpu_checks_passes_and_names_the_activation_dtype(capsys, monkeypatch):
+    """No flags: the doctor finds no GPU, checks the CPU in its default dtype and names it (one
+    run of the doctor for both: each costs ~20 s of this suite); --dtype reaches its checks."""
+    code = main(["doctor"])
     out = capsys.readouterr().out.splitlines()
     status = _status(out)
     assert code == 0 and out[-1] == "all checks passed", out
     assert status["torch"] == "ok" and status["model on the CPU"] == "ok"
     model = [line for line in out if "model on the CPU" in line]
-    assert model[0].startswith("ok") and "(float32," in model[0]
+    assert model[0].startswith("ok") and re.search(r"\((float32|bfloat16), ", model[0]), model[0]
+    import specscope.doctor as doctor
+    asked = []
+    monkeypatch.setattr(doctor, "checks", lambda *a: asked.append(a) or 0)
+    assert main(["doctor", "--dtype", "float32"]) == 0 and asked[0][:2] == ("auto", "float32")
     assert sum(line.startswith("skip") for line in out) == 4      # gpu, triton, kernels, graphs
     # the history check passes on the CPU (its failing control: below, a prefill dropping a chunk)
     assert status["same prompt, same keys"] == "ok"
@@ -281,6 +286,7 @@ def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
     import engine.kernels.triton_attention as ta
     from engine.kernels.window_layout import WindowLayout, ancestor_table
     g = torch.Generator().manual_seed(7)
+    kernel = ta._split_kernel
     for hq, hkv, d, rows, n in ((9, 3, 32, 7, 300), (8, 2, 32, 17, 250), (4, 2, 16, 5, 640),
                                 (9, 3, 32, 2, 129)):
         q = torch.randn(rows, hq, d, generator=g)
@@ -295,10 +301,18 @@ def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
                 a = parent[a]
             depths[r] = int(mask[r].sum()) - 1
         lay = WindowLayout(torch.tensor(n), torch.tensor(depths), ancestor_table(depths, mask))
-        got = {}
+        got, seen = {}, []
+
+        class Spy:      # the P each launch was given: packing must have reached the kernel
+            def __getitem__(self, grid):
+                def launch(*args, **kw):
+                    seen.append(kw.get("P", 1))
+                    return kernel[grid](*args, **kw)
+                return launch
+        monkeypatch.setattr(ta, "_split_kernel", Spy())
         for pack in (True, False):
-            monkeypatch.setattr(ta, "PACK", pack)
-            got[pack] = ta.layout_attention_triton(q, kv[0], kv[1], lay)
+            got[pack] = ta.layout_attention_triton(q, kv[0], kv[1], lay, pack=pack)
+        assert seen == [16 // (hq // hkv), 1]
         assert torch.equal(got[True], got[False]), (hq, hkv, rows, n)
 
 

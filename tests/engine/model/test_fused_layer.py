@@ -227,3 +227,43 @@ def test_norm_sum_of_squares_is_order_free_and_exact_enough():
     ok = [0, 2, 3, 4, 7]
     assert torch.allclose(tiled[ok].double(), want[ok], rtol=2e-7, atol=0)
     assert tiled[1] == 0 and tiled[5] == float("inf") and tiled[6].isnan()
+
+
+@child_only
+def test_fused_forward_writes_the_xp_order_for_gate_up_and_down(tmp_path, monkeypatch):
+    """XP_FUSED's wiring: a model whose gate|up and down are Q4_K (hidden 256, FFN 512) with XP
+    forced on gets the norm before gate|up and the SwiGLU before down in those matmuls' orders
+    (FusedForward.xp); a prefill and a 5-row chain give the same logits, bit for bit, as the
+    same model with every matmul permuting its own x (xp off), and as the plain forward to
+    float32 rounding."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from gguf import GGMLQuantizationType as Q
+    from tiny_models import make_tiny_gguf
+    from engine.kernels import triton_kernels as tk
+    from engine.model.runtime import chain
+    monkeypatch.setattr(tk, "_XP_DEFAULT", 1)
+    tk._config.cache_clear()
+
+    def qtype_of(name, w):
+        kind = name.split(".")[-2]
+        return Q.F32 if w.ndim == 1 else Q.Q4_K if kind in ("ffn_gate", "ffn_up", "ffn_down") else Q.Q8_0
+    path = make_tiny_gguf("llama", tmp_path / "m.gguf", qtype_of=qtype_of,
+                          sizes=dict(hidden_size=256, intermediate_size=512, num_hidden_layers=1))
+    plain, rt = _runtime(path), _runtime(path)
+    _fuse(rt)
+    assert all(a is not None and b is not None for a, b in rt.model.fused.xp)
+    prompt, toks = [5, 17, 33, 9, 70, 41, 12], [7, 21, 55, 8, 19]
+    got = {}
+    for xp in ("on", "off"):
+        if xp == "off":
+            rt.model.fused.xp = [(None, None)] * len(rt.model.fused.xp)
+        s = rt.session(40)
+        s.prefill(prompt)
+        got[xp] = s.verify(toks, *chain(len(toks))).logits
+        s.close()
+    tk._config.cache_clear()
+    assert torch.equal(got["on"], got["off"])
+    s = plain.session(40)
+    s.prefill(prompt)
+    want = s.verify(toks, *chain(len(toks))).logits
+    assert (got["on"] - want).abs().max() <= 1e-3 * want.abs().max()
