@@ -30,6 +30,15 @@ def test_fused_layer_in_the_triton_interpreter():
     run_in_interpreter_child(__file__, "SPECSCOPE_FUSED_CHILD")
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(_CHILD, reason="this is the child")
+def test_opt_in_tails_in_the_triton_interpreter():
+    """The opt-in matmul tails (SPECSCOPE_TAIL=1, measured no faster) in the interpreter: `make
+    test-slow` (12 s of `make test`'s 15-minute budget)."""
+    from interpreter_child import run_in_interpreter_child
+    run_in_interpreter_child(__file__, "SPECSCOPE_FUSED_CHILD", args=("-m", "slow"))
+
+
 def _qtypes(v_type):
     from gguf import GGMLQuantizationType as Q
 
@@ -158,6 +167,7 @@ def test_dense_unpack_of_q4_kn_equals_q4_k():
     assert torch.equal(out, dequantize_dense(pw, torch.empty(24, 768, dtype=torch.float16)))
 
 
+@pytest.mark.slow       # the tails are opt-in (SPECSCOPE_TAIL=1): make test-slow
 @child_only
 @pytest.mark.parametrize("qtype,n,k", [("Q4_1", 512, 512), ("Q4_K", 256, 1024)])
 def test_matmul_tails_equal_their_own_kernels(qtype, n, k):
