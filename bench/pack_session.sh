@@ -9,6 +9,10 @@
 #                                      # the 8B-like passes PACK 1 / 0; its chains of rows
 #                                      # against one-row passes (PACK on)
 #   bash bench/pack_session.sh bits    # the attention A/B alone (no 8B-like model)
+#   bash bench/pack_session.sh tree    # the bundled model (joined at /tmp/model) with .peers:
+#                                      # tree and default against llama.cpp's n-gram speculation,
+#                                      # PACK 1 / 0 / 0 / 1; host_steps PACK 1 / 0
+# Its exactness check: SPECSCOPE_ATTN_PACK=1 bash bench/gpu_exact_all_session.sh new
 set -u
 . bench/device_session.sh
 case "${1:-attn}" in
@@ -32,6 +36,23 @@ attn)
   done
   step "chains of rows against one-row passes (PACK on)"
   SPECSCOPE_ATTN_PACK=1 timeout 150 python3 bench/speed_steps.py $M8 exact 2>&1 | grep "^exact" ;;
+tree)    # the bundled model at /tmp/model: llama.cpp's n-gram speculation (built if needed), then
+         # our tree and default with PACK 1 / 0 / 0 / 1, then host_steps' window cost PACK 1 / 0
+  [ -x $B/llama-speculative-simple ] || lcpp_build 16 llama-bench llama-speculative-simple
+  step "llama.cpp n-gram speculation"
+  timeout 300 python3 bench/llamacpp_spec.py --build /tmp/lcpp/llama.cpp/build --model $M --per-category 3 \
+    --tokens 128 --extra "-ngl 99 -fa on" --out $OUT/llamacpp_spec_gpu.json 2>&1 | tail -3
+  for p in 1 0 0 1; do
+    step "ours, PACK $p"
+    SPECSCOPE_ATTN_PACK=$p timeout 200 python3 bench/tree_vs_llamacpp.py --model $M \
+      --llama $OUT/llamacpp_spec_gpu.json --configs none,tree:8:3,default \
+      --out $OUT/tvl_pack${p}_$SECONDS.json 2>&1 | grep -v Warn | tail -9
+  done
+  for p in 1 0; do
+    step "host_steps, PACK $p"
+    SPECSCOPE_ATTN_PACK=$p timeout 200 python3 bench/host_steps.py $M --prompts 3 --tokens 96 \
+      --json "$OUT/host_steps_pack${p}.json" 2>&1 | grep -v Warn | sed -n 2,9p
+  done ;;
 bits)    # the attention A/B alone (no model): the tree before, PACK 0, PACK 1
   rm -rf /tmp/old2 && mkdir -p /tmp/old2 && tar xzf .old/engine_pre_pack.tgz -C /tmp/old2
   PYTHONPATH=/tmp/old2:/tmp/site timeout 150 python3 bench/attn_ab.py save $OUT/attn_old.pt > $OUT/attn_old.log 2>&1 || tail -5 $OUT/attn_old.log
