@@ -387,11 +387,6 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                        lambda hid=hid, S=S, d=dtype: tf.residual_norm(
                            _meta(S, 3, hid) if S else None, _meta(3, hid, dtype=d),
                            _meta(3, hid, dtype=d), _meta(hid, dtype=d), 1e-6))
-                if hid == 4096 and S == 1:      # h into the next matmul's XP order (XP_FUSED)
-                    yield (f"residual norm {_dt(dtype)} {hid} S{S} into the XP order",
-                           lambda hid=hid, S=S, d=dtype: tf.residual_norm(
-                               _meta(S, 3, hid), _meta(3, hid, dtype=d), _meta(3, hid, dtype=d),
-                               _meta(hid, dtype=d), 1e-6, dest=_meta(hid, dtype=torch.int32)))
         for a, (hq, hkv, d) in enumerate(HEAD_LAYOUTS):
             variants = ((1, 1, False, False), (2, 4, True, False), (1, 2, False, True))
             for sa, sb, qkn, bias in variants:
@@ -410,6 +405,7 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                 yield f"qkv rope {_dt(dtype)} heads {hq}/{hkv}x{d} S{sa}/{sb} norm={qkn} bias={bias}", call
         from engine.kernels.catalog_tails import tail_configs
         yield from tail_configs(t, scope, dtype)
+        yield from _xp_order_configs(scope, dtype)
         if scope == "kernels":
             continue
         for a, qtype in enumerate(tk.SUPPORTED_QTYPES):
@@ -422,11 +418,6 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                 yield (f"partials {qtype} {_dt(dtype)} {n // 2}x{k}",
                        lambda n=n, k=k, q=qtype, d=dtype: tk.packed_partials(_meta(1, k, dtype=d),
                                                                             _meta_packed(q, n // 2, k)))
-                if qtype == "Q4_K" and n == 24576:     # its output into down's XP order (XP_FUSED)
-                    yield (f"SwiGLU {qtype} {_dt(dtype)} {n}x{k} into the XP order",
-                           lambda n=n, k=k, q=qtype, d=dtype: tk.packed_swiglu(
-                               _meta(1, k, dtype=d), _meta_packed(q, n, k), xp_in=True,
-                               dest=_meta(n // 2, dtype=torch.int32)))
     for dtype in dtypes:
         for S in (1, 2, 4):
             if few and S != 2:
@@ -434,6 +425,23 @@ def _fused_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
             yield (f"reduce SwiGLU {_dt(dtype)} S{S}",
                    lambda S=S, d=dtype: tf.reduce_swiglu(_meta(S, 3, 3072), 32,
                                                          _meta(3, 1536, dtype=d)))
+
+
+def _xp_order_configs(scope: str, dtype: torch.dtype) -> Iterator[tuple[str, Call]]:
+    """XP_FUSED (engine.model.fused_layer): the residual norm writing h into the next matmul's
+    XP order (every scope), and gate|up's SwiGLU epilogue writing into down's (not in
+    `kernels`: the packed matmul kernel, compiled by its own site)."""
+    from engine.kernels import triton_fused as tf
+    from engine.kernels import triton_kernels as tk
+    yield (f"residual norm {_dt(dtype)} 4096 S1 into the XP order",
+           lambda d=dtype: tf.residual_norm(_meta(1, 3, 4096), _meta(3, 4096, dtype=d),
+                                            _meta(3, 4096, dtype=d), _meta(4096, dtype=d), 1e-6,
+                                            dest=_meta(4096, dtype=torch.int32)))
+    if scope != "kernels":
+        yield (f"SwiGLU Q4_K {_dt(dtype)} 24576x4096 into the XP order",
+               lambda d=dtype: tk.packed_swiglu(_meta(1, 4096, dtype=d),
+                                                _meta_packed("Q4_K", 24576, 4096), xp_in=True,
+                                                dest=_meta(12288, dtype=torch.int32)))
 
 
 def _unpack_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
