@@ -152,7 +152,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
             tl.store(m_ptr + w, m_i, mask=ok)
             tl.store(l_ptr + w, l_i, mask=ok)
             tl.store(acc_ptr + w[:, None] * D + dd[None, :], acc, mask=ok[:, None])
-            for i in tl.static_range(P):
+            for i in range(P):      # a loop, not unrolled: one copy of the combine's code
                 if r + i < R:
                     _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r + i, h,
                                        n, NH, sor, soh, NS, G, GP, D, BN, SB)
