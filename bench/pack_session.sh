@@ -15,11 +15,7 @@
 # Its exactness check: SPECSCOPE_ATTN_PACK=1 bash bench/gpu_exact_all_session.sh new
 set -u
 . bench/device_session.sh
-case "${1:-attn}" in
-attn)
-  step "8B-like model"
-  [ -f $M8 ] || timeout 300 python3 bench/make_model.py --shape qwen3-8b --recipe Q4_K_M --out $M8 \
-    --tokenizer-from .device_tok/tokenizer.gguf 2>&1 | tail -1
+attn_ab() {  # bench/attn_ab.py: the tree before (b1b7a53), PACK 0, PACK 1; then the two comparisons
   step "attention: the tree before (b1b7a53, .old/engine_pre_pack.tgz), PACK 0, PACK 1"
   rm -rf /tmp/old2 && mkdir -p /tmp/old2 && tar xzf .old/engine_pre_pack.tgz -C /tmp/old2
   PYTHONPATH=/tmp/old2:/tmp/site timeout 150 python3 bench/attn_ab.py save $OUT/attn_old.pt > $OUT/attn_old.log 2>&1 || tail -5 $OUT/attn_old.log
@@ -30,6 +26,12 @@ attn)
   python3 bench/attn_ab.py compare $OUT/attn_old.pt $OUT/attn_0.pt 2>&1 | tee $OUT/attn_old_vs_0.txt | tail -1
   python3 bench/attn_ab.py compare $OUT/attn_0.pt $OUT/attn_1.pt 2>&1 | tee $OUT/attn_0_vs_1.txt
   rm -f $OUT/attn_*.pt
+}
+case "${1:-attn}" in
+attn)
+  step "8B-like model"
+  m8
+  attn_ab
   step "8B passes, PACK 1 0"
   for p in 1 0; do
     SPECSCOPE_ATTN_PACK=$p timeout 100 python3 bench/speed_steps.py $M8 quick 2>&1 | grep -v Warn | tail -1 | sed "s/^/pack=$p /"
@@ -53,15 +55,7 @@ tree)    # the bundled model at /tmp/model: llama.cpp's n-gram speculation (buil
     SPECSCOPE_ATTN_PACK=$p timeout 200 python3 bench/host_steps.py $M --prompts 3 --tokens 96 \
       --json "$OUT/host_steps_pack${p}.json" 2>&1 | grep -v Warn | sed -n 2,9p
   done ;;
-bits)    # the attention A/B alone (no model): the tree before, PACK 0, PACK 1
-  rm -rf /tmp/old2 && mkdir -p /tmp/old2 && tar xzf .old/engine_pre_pack.tgz -C /tmp/old2
-  PYTHONPATH=/tmp/old2:/tmp/site timeout 150 python3 bench/attn_ab.py save $OUT/attn_old.pt > $OUT/attn_old.log 2>&1 || tail -5 $OUT/attn_old.log
-  for p in 0 1; do
-    SPECSCOPE_ATTN_PACK=$p timeout 150 python3 bench/attn_ab.py save $OUT/attn_$p.pt > $OUT/attn_$p.log 2>&1 || tail -5 $OUT/attn_$p.log
-  done
-  head -1 $OUT/attn_old.log $OUT/attn_0.log
-  python3 bench/attn_ab.py compare $OUT/attn_old.pt $OUT/attn_0.pt 2>&1 | tee $OUT/attn_old_vs_0.txt | tail -1
-  python3 bench/attn_ab.py compare $OUT/attn_0.pt $OUT/attn_1.pt 2>&1 | tee $OUT/attn_0_vs_1.txt
-  rm -f $OUT/attn_*.pt ;;
+bits)    # the attention A/B alone (no model)
+  attn_ab ;;
 esac
 step done

@@ -1,6 +1,6 @@
 """XP_FUSED's bits on a card: the fused layer with the norm before gate|up and the SwiGLU before
 down writing their outputs in the next matmul's XP order (engine.model.fused_layer,
-engine.kernels.triton_kernels.xp_dest) against the same model with every matmul permuting its
+engine.kernels.xp_order.xp_dest) against the same model with every matmul permuting its
 own x (the path before), on one runtime, eager (graphs off, so the switch takes effect):
 the logits of verify passes of 1, 2, 5, 16, 17, 33 rows at context 1,000 must be equal bit
 for bit.

@@ -15,8 +15,7 @@ case "${1:-passes}" in
 passes)
   [ -x $B/llama-bench ] || lcpp_build 14 llama-bench > /tmp/lcpp_rc.txt 2>&1 &
   step "8B-like model"
-  [ -f $M8 ] || timeout 300 python3 bench/make_model.py --shape qwen3-8b --recipe Q4_K_M --out $M8 \
-    --tokenizer-from .device_tok/tokenizer.gguf 2>&1 | tail -1
+  m8
   step "same bits: XP_FUSED on / off"
   timeout 200 python3 bench/xp_fused_bits.py $M8 2>&1 | grep -v Warn | tail -3
   step "chains of rows against one-row passes"

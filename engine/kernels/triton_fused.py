@@ -300,7 +300,7 @@ def residual_norm(ws: torch.Tensor | None, x: torch.Tensor, h: torch.Tensor, w: 
     """x [R, N] += the sum of the partials ws [S, R, N] (None: x as it is), in place; h [R, N] =
     RMSNorm(x) * w. One program a row; its warps follow N only. order_free (default TAILS):
     the sum of squares the matmul tails take. dest (int32 [N]): h's column c is written at
-    column dest[c] (engine.kernels.triton_kernels.xp_dest)."""
+    column dest[c] (engine.kernels.xp_order.xp_dest)."""
     order_free = TAILS if order_free is None else order_free
     R, N = x.shape
     block = triton.next_power_of_2(N)

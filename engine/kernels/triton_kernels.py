@@ -357,7 +357,12 @@ def _qtype(w) -> str:
 
 
 def _sms(x: torch.Tensor) -> int:
-    return _sm_count(x.device.index or 0) if x.device.type == "cuda" else 16
+    return device_sms(x.device)
+
+
+def device_sms(device: torch.device) -> int:
+    """The SM count the configuration of a launch on `device` takes (16 off CUDA)."""
+    return _sm_count(device.index or 0) if device.type == "cuda" else 16
 
 
 def _operands(x: torch.Tensor, w, override: dict) -> tuple:
@@ -430,43 +435,12 @@ def _variants(qtype: str, k: int, cfg: dict, ieee: int) -> tuple[bool, bool, boo
     return rdna, si, sf, xp
 
 
-# XP_FUSED: where the kernel that writes a matmul's input can write it in the matmul's XP order
-# (engine.model.fused_layer: the norm before gate|up, the SwiGLU before down), it does, and the
-# matmul skips its copy (``xp_in``): one launch fewer a matmul, the same values in the same
-# order, so the same bits. SPECSCOPE_XP_FUSED=0: the matmul permutes x itself (for the A/B).
-XP_FUSED = os.environ.get("SPECSCOPE_XP_FUSED", "1") != "0"
-_XP_DEST: dict = {}      # (device, k, JS, rdna, si) -> int32 [K]
-
-
-def xp_dest(w, dtype: torch.dtype, device: torch.device, **override) -> torch.Tensor | None:
-    """Where x's column c sits in the order w's matmul reads x, as int32 [K] on `device`
-    (x_xp[:, dest[c]] = x[:, c]), or None where that matmul does not permute x (XP off for the
-    shape, another tile, XP_FUSED off). A kernel that writes the matmul's input there lets the
-    matmul run with ``xp_in=True``. ``override``: as ``kernel_config``'s, the matmul's own."""
-    qtype = _qtype(w)
-    if not XP_FUSED or qtype not in _CODES:
-        return None
-    n, k = (int(s) for s in w.shape)
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 16
-    cfg = kernel_config(qtype, n, k, sms, **override)
-    rdna, si, _, xp = _variants(qtype, k, cfg, ieee_code(dtype))
-    if not xp or cfg.get("I8"):
-        return None
-    key = (device, k, cfg["JS"], rdna, si)
-    if key not in _XP_DEST:
-        shape, perm = _xperm_order(1, k, cfg["JS"], rdna, si)
-        src = torch.arange(k).reshape(shape).permute(perm).reshape(k)   # x_xp[j] = x[src[j]]
-        dest = torch.empty(k, dtype=torch.int32)
-        dest[src] = torch.arange(k, dtype=torch.int32)
-        _XP_DEST[key] = dest.to(device)
-    return _XP_DEST[key]
-
-
 def _launch(x2, planes, qtype, n, k, cfg, dst, som, sop, split: bool, swiglu: bool = False,
             tail: tuple | None = None, xp_in: bool = False, odst: torch.Tensor | None = None) -> None:
     """The dequantizing kernel over x2's rows, 64 at a time: dst rows follow x2's (stride som;
     split partials at stride sop). tail: the step that reads the partials, run by the launch's
-    last program (triton_fused.tail_args). xp_in: x2 is already in the XP order (``xp_dest``).
+    last program (triton_fused.tail_args). xp_in: x2 is already in the XP order
+    (``xp_order.xp_dest``).
     odst (with swiglu): the epilogue writes output column c at column odst[c]."""
     grid = (triton.cdiv(n, cfg["BN"]), cfg["splits"])
     # float32: exact dequantization and this backend's float32 dot precision (a nonzero code,
@@ -524,7 +498,7 @@ def packed_partials(x: torch.Tensor, w, xp_in: bool = False, **override) -> torc
     """The split-K partial sums of ``x @ dequant(w).T``: float32 [S, M, N] (S = the shape's
     split count, 1 when unsplit), to be added in the order s = 0..S-1 by whatever reads them
     (engine.kernels.triton_fused: the sum fused with the next step). x: [M, K]; xp_in: x's
-    columns are in the order ``xp_dest(w, ...)`` gives (the same bits)."""
+    columns are in the order ``xp_order.xp_dest(w, ...)`` gives (the same bits)."""
     qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     ws = torch.empty((cfg["splits"], m, n), dtype=torch.float32, device=x.device)
@@ -542,9 +516,9 @@ def packed_residual_norm(x: torch.Tensor, w, xres: torch.Tensor, h: torch.Tensor
     then h [M, N] = RMSNorm(xres) * norm_w: triton_fused.residual_norm over packed_partials,
     whose bits it gives. With tails (tail: default triton_fused.TAILS) and up to
     tail_rows(N) rows the residual and norm run in the matmul's tail: one launch.
-    xp_in: x in w's XP order (``xp_dest``); dest: h's column c is written at dest[c] (the next
-    matmul's XP order; the separate norm kernel then, not the tail). ``override``: see
-    ``kernel_config``."""
+    xp_in: x in w's XP order (``xp_order.xp_dest``); dest: h's column c is written at dest[c]
+    (the next matmul's XP order; the separate norm kernel then, not the tail). ``override``:
+    see ``kernel_config``."""
     qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     if m == 0:
@@ -564,16 +538,14 @@ def swiglu_in_epilogue(w, device: torch.device) -> bool:
     matmul's epilogue (the shape unsplit), where its output can go straight into the next
     matmul's XP order (``dest``); a split shape would move it with one more launch."""
     n, k = (int(s) for s in w.shape)
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 16
-    return kernel_config(_qtype(w), n, k, sms)["splits"] == 1
+    return kernel_config(_qtype(w), n, k, device_sms(device))["splits"] == 1
 
 
 def swiglu_block(w, device: torch.device) -> int:
     """The interleave block HB of a gate|up weight for ``packed_swiglu`` on ``device``: half the
     kernel's row block for the shape (a function of the shape and the device only)."""
     n, k = (int(s) for s in w.shape)
-    sms = _sm_count(device.index or 0) if device.type == "cuda" else 16
-    return kernel_config(_qtype(w), n, k, sms)["BN"] // 2
+    return kernel_config(_qtype(w), n, k, device_sms(device))["BN"] // 2
 
 
 def packed_swiglu(x: torch.Tensor, w, tail: bool | None = None, xp_in: bool = False,
@@ -582,8 +554,9 @@ def packed_swiglu(x: torch.Tensor, w, tail: bool | None = None, xp_in: bool = Fa
     (gate rows bHB.. then up rows bHB.., block after block). x: [M, K] -> [M, N/2] in x.dtype:
     in the matmul's epilogue when the shape is not split, else partials and one reduction (in
     the matmul's tail for few rows when tail, default triton_fused.TAILS). xp_in: x in w's XP
-    order (``xp_dest``); dest: output column c at column dest[c] (the next matmul's XP order:
-    written so by the epilogue, else permuted after). ``override``: see ``kernel_config``."""
+    order (``xp_order.xp_dest``); dest: output column c at column dest[c] (the next matmul's XP
+    order: written so by the epilogue, else permuted after). ``override``: see
+    ``kernel_config``."""
     qtype, n, k, x2, planes, cfg = _operands(x, w, override)
     m = x2.shape[0]
     out = torch.empty((m, n // 2), dtype=x.dtype, device=x.device)

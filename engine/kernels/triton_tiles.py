@@ -535,7 +535,7 @@ def _packed_mm_kernel(
     X1, XP (x loads), RNE (bf16 rounding in integer ops), DW (scale loads): the same bits
     (``_xload1``, ``_xperm_order``, ``_to_dot_type``, ``_kscales``); RDNA: ``triton_rdna``. TAIL:
     the split's next step, in the last program (``_tail``). PDL, PFL: ``pdl.prefetch_weights``. ODST
-    (SWIGLU): output column c stored at column od_ptr[c] (``triton_kernels.xp_dest``)."""
+    (SWIGLU): output column c stored at column od_ptr[c] (``xp_order.xp_dest``)."""
     pid_n, pid_s = tl.program_id(0), tl.program_id(1)
     rn_out = pid_n * BN + tl.arange(0, BN)
     rn = tl.minimum(rn_out, N - 1)          # clamped rows: loads need no N mask

@@ -102,8 +102,9 @@ class FusedForward:
         # per layer, the XP orders of gate|up's and down's inputs (None: that matmul reads x
         # as it is): the norm before gate|up and the SwiGLU before down (in gate|up's
         # epilogue; a split gate|up would need a launch to move it) write them so, and the
-        # matmul skips its own copy (triton_kernels.xp_dest; the same bits)
-        from engine.kernels.triton_kernels import swiglu_in_epilogue, xp_dest
+        # matmul skips its own copy (engine.kernels.xp_order; the same bits)
+        from engine.kernels.triton_kernels import swiglu_in_epilogue
+        from engine.kernels.xp_order import xp_dest
         dt, dev = model.dtype, model.device
         self.xp = [(xp_dest(L.gate_up.parts[0], dt, dev),
                     xp_dest(L.down.parts[0], dt, dev) if swiglu_in_epilogue(L.gate_up.parts[0], dev)

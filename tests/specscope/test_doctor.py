@@ -285,6 +285,7 @@ def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
     contexts whose splits are all committed but the last, or reach past n in two."""
     import engine.kernels.triton_attention as ta
     from engine.kernels.window_layout import WindowLayout, ancestor_table
+    from engine.speculation.tree import TokenTree
     g = torch.Generator().manual_seed(7)
     kernel = ta._split_kernel
     for hq, hkv, d, rows, n in ((9, 3, 32, 7, 300), (8, 2, 32, 17, 250), (4, 2, 16, 5, 640),
@@ -292,14 +293,8 @@ def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
         q = torch.randn(rows, hq, d, generator=g)
         kv = torch.randn(2, hkv, 1024, d, generator=g)
         parent = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, rows)]
-        depths = [0] * rows
-        mask = torch.zeros(rows, rows, dtype=torch.bool)
-        for r in range(rows):
-            a = r
-            while a >= 0:
-                mask[r, a] = True
-                a = parent[a]
-            depths[r] = int(mask[r].sum()) - 1
+        tree = TokenTree.from_rows(list(range(rows)), parent)
+        depths, mask = list(tree.row_depths), tree.ancestor_mask()
         lay = WindowLayout(torch.tensor(n), torch.tensor(depths), ancestor_table(depths, mask))
         got, seen = {}, []
 

@@ -515,9 +515,10 @@ def test_inputs_written_in_the_xp_order_give_the_same_bits(tk, dtype=torch.float
     w_gu, _ = _weight("Q4_K", 512, 512, seed=11)      # gate|up: 256 outputs, down's K
     w_dn, _ = _weight("Q4_K", 512, 256, seed=12)
     cpu = torch.device("cpu")
-    assert tk.xp_dest(w_gu, dtype, cpu, XP=0) is None
-    assert tk.xp_dest(_weight("Q8_0", 64, 512)[0], dtype, cpu, XP=1) is None
-    d_gu, d_dn = tk.xp_dest(w_gu, dtype, cpu, **xp), tk.xp_dest(w_dn, dtype, cpu, **xp)
+    from engine.kernels.xp_order import xp_dest
+    assert xp_dest(w_gu, dtype, cpu, XP=0) is None
+    assert xp_dest(_weight("Q8_0", 64, 512)[0], dtype, cpu, XP=1) is None
+    d_gu, d_dn = xp_dest(w_gu, dtype, cpu, **xp), xp_dest(w_dn, dtype, cpu, **xp)
     assert sorted(d_gu.tolist()) == list(range(512)) and d_gu.tolist() != list(range(512))
     g = torch.Generator().manual_seed(3)
     for m in (1, 17):
