@@ -8,16 +8,19 @@ comparison with another tree's (run it once with each tree first on PYTHONPATH).
 Each case: one launch per layer over that layer's own cache (as a pass: no layer's keys sit in
 the L2 from the last), captured in one CUDA graph and replayed; µs a launch, median of 30
 replays. Shapes: the bundled SmolLM2 (9 query heads over 3 kv heads of 64) and the 8B-like
-model (32 over 8 of 128), 1 and 16 rows (a chain), bfloat16 and float32, contexts short to long.
+model (32 over 8 of 128), 1, 16 and 25 rows (a chain), bfloat16 and float32, contexts short to long.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 
 import torch
 
+# window rows a case (ATTN_AB_ROWS=16,25 to save a card's time)
+ROWS = tuple(int(r) for r in os.environ.get("ATTN_AB_ROWS", "1,16,25").split(","))
 CASES = [  # name, layers, Hq, Hkv, D, capacity, contexts
     ("bundled", 30, 9, 3, 64, 2048, (300, 1000, 1900)),
     ("8b", 36, 32, 8, 128, 4096, (1000, 3000)),
@@ -34,7 +37,7 @@ def save(path: str) -> None:
     for name, L, Hq, Hkv, D, C, contexts in CASES:
         for dt in (torch.bfloat16, torch.float32):
             kv = [torch.randn(2, Hkv, C, D, device="cuda", generator=g).to(dt) for _ in range(L)]
-            for rows in (1, 16):
+            for rows in ROWS:
                 q = torch.randn(rows, Hq, D, device="cuda", generator=g).to(dt)
                 depths = list(range(rows))
                 anc = ancestor_table(depths, torch.ones(rows, rows, dtype=torch.bool).tril()).cuda()

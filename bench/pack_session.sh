@@ -9,6 +9,8 @@
 #                                      # the 8B-like passes PACK 1 / 0; its chains of rows
 #                                      # against one-row passes (PACK on)
 #   bash bench/pack_session.sh bits    # the attention A/B alone (no 8B-like model)
+#   bash bench/pack_session.sh group   # the group combine: this tree against the one before it
+#                                      # (.old/engine_pre_group.tgz), PACK 0 and 1, no model
 #   bash bench/pack_session.sh tree    # the bundled model (joined at /tmp/model) with .peers:
 #                                      # tree and default against llama.cpp's n-gram speculation,
 #                                      # PACK 1 / 0 / 0 / 1; host_steps PACK 1 / 0
@@ -57,5 +59,19 @@ tree)    # the bundled model at /tmp/model: llama.cpp's n-gram speculation (buil
   done ;;
 bits)    # the attention A/B alone (no model)
   attn_ab ;;
+group)   # one combine a group of packed rows (this tree) against one a row (the tree before it,
+         # .old/engine_pre_group.tgz: `git archive 5386279 engine | gzip`), PACK 0 and 1; no model
+  step "attention: the tree before the group combine and this tree, PACK 0 and 1"
+  rm -rf /tmp/og && mkdir -p /tmp/og && tar xzf .old/engine_pre_group.tgz -C /tmp/og
+  for p in 0 1; do
+    PYTHONPATH=/tmp/og:/tmp/site SPECSCOPE_ATTN_PACK=$p timeout 150 python3 bench/attn_ab.py save $OUT/og_$p.pt > $OUT/og_$p.log 2>&1 || tail -5 $OUT/og_$p.log
+    SPECSCOPE_ATTN_PACK=$p timeout 150 python3 bench/attn_ab.py save $OUT/new_$p.pt > $OUT/new_$p.log 2>&1 || tail -5 $OUT/new_$p.log
+  done
+  head -1 $OUT/og_0.log $OUT/new_0.log
+  for ab in "og_0 new_0" "og_1 new_1" "new_0 new_1"; do
+    set -- $ab; step "$1 -> $2"
+    python3 bench/attn_ab.py compare $OUT/$1.pt $OUT/$2.pt 2>&1 | tee $OUT/$1_vs_$2.txt | tail -31
+  done
+  rm -f $OUT/*.pt ;;
 esac
 step done

@@ -24,7 +24,9 @@ interpreter against PACK off.
 
 Then the row's last split program to finish (an atomic counter per row and kv head, reset by
 that program) adds the row's splits in order 0, 1, ... (`_combine`; the split count is a
-function of the row's own length only): one launch a layer, no combine kernel.
+function of the row's own length only): one launch a layer, no combine kernel. Rows packed
+count per group of P rows instead, and the group's last partial adds every row's splits in one
+tile, each tile row as its row alone would (`_group_count_and_combine`).
 
 Every dot has the same shape whatever the window ([GP, D] x [D, BLOCK] and [GP, BLOCK] x
 [BLOCK, D]); the row count only sets the grid. float32 dots take the backend's precision
@@ -54,8 +56,9 @@ SPLIT_BLOCKS = int(os.environ.get("SPECSCOPE_ATTN_SPLIT_BLOCKS", "2"))
 CH = tl.constexpr(int(os.environ.get("SPECSCOPE_ATTN_COMBINE_CH", "8")))
 # rows packed (the kernel's P): a window's splits of committed keys, the same keys for every
 # row, run GP // G rows to a program, one tile (each row's bits as alone: _split_blocks).
-# Opt-in (SPECSCOPE_ATTN_PACK=1) until the GPU exactness check has run with it on: built and
-# checked in the interpreter on 2026-12-07, when the device time ran out first
+# Opt-in (SPECSCOPE_ATTN_PACK=1): on an H100 (2026-12-07, BENCHMARKS.md) it ran exact (216/216)
+# and halved the 8B-like model's 16-row attention at long contexts, but doubled the bundled
+# model's; one combine a group (since) is not yet measured on a card
 PACK = os.environ.get("SPECSCOPE_ATTN_PACK", "0") == "1"
 
 
@@ -115,8 +118,34 @@ def _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n
     ns = tl.cdiv(n + tl.load(depth_ptr + r) + 1, SB * BN)   # the row's splits: its own length only
     done = tl.atomic_add(cnt_ptr + rh, 1, sem="acq_rel", scope="gpu")
     if done == ns - 1:
-        _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, rh * NS, ns, sor, soh, NS, G, GP, D)
+        g = tl.arange(0, GP)
+        _combine(o_ptr, m_ptr, l_ptr, acc_ptr, tl.full([GP], r, tl.int32), g < G, h,
+                 tl.full([GP], rh * NS, tl.int32), g, tl.full([GP], ns, tl.int32), ns,
+                 sor, soh, NS, G, GP, D)
         tl.atomic_xchg(cnt_ptr + rh, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _group_count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r0, h, n, R, NH,
+                             sor, soh, k, NS: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
+                             D: tl.constexpr, BN: tl.constexpr, SB: tl.constexpr,
+                             P: tl.constexpr):
+    """Rows packed: the group of rows r0 .. r0 + P - 1, kv head h, k more split partials
+    stored (all its rows' for a split of committed keys, one row's for a split reaching past
+    n). One counter a group (at its first row's place); the group's last partial to land adds
+    every row's splits, each row in its own tile rows, in the order and with the operations of
+    one row alone (_combine): one combine a group, not P in turn."""
+    g = tl.arange(0, GP)
+    row = r0 + g // G
+    ok = (g < P * G) & (row < R)
+    ns = tl.where(ok, tl.cdiv(n + tl.load(depth_ptr + row, mask=ok, other=0) + 1, SB * BN), 0)
+    total = tl.sum(tl.where(g % G == 0, ns, 0), 0)          # the group's partials
+    ci = r0 * NH + h
+    done = tl.atomic_add(cnt_ptr + ci, k, sem="acq_rel", scope="gpu")
+    if done + k == total:
+        _combine(o_ptr, m_ptr, l_ptr, acc_ptr, row, ok, h, (row * NH + h) * NS, g % G, ns,
+                 tl.max(ns, 0), sor, soh, NS, G, GP, D)
+        tl.atomic_xchg(cnt_ptr + ci, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -138,9 +167,9 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
     kbase = k_ptr + h * skh
     vbase = v_ptr + h * skh
     NH = tl.num_programs(1)
+    R = tl.num_programs(0)
     if P > 1 and start + SB * BN <= n:
         if r % P == 0:
-            R = tl.num_programs(0)
             row = r + g // G
             ok = (g < P * G) & (row < R)
             hq = h * G + g % G
@@ -152,10 +181,9 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
             tl.store(m_ptr + w, m_i, mask=ok)
             tl.store(l_ptr + w, l_i, mask=ok)
             tl.store(acc_ptr + w[:, None] * D + dd[None, :], acc, mask=ok[:, None])
-            for i in range(P):      # a loop, not unrolled: one copy of the combine's code
-                if r + i < R:
-                    _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r + i, h,
-                                       n, NH, sor, soh, NS, G, GP, D, BN, SB)
+            _group_count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n,
+                                     R, NH, sor, soh, tl.minimum(P, R - r), NS, G, GP, D, BN,
+                                     SB, P)
     else:
         length = n + tl.load(depth_ptr + r) + 1          # the row's logical key count
         if start < length:
@@ -167,43 +195,51 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
             tl.store(m_ptr + w * GP + g, m_i)
             tl.store(l_ptr + w * GP + g, l_i)
             tl.store(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], acc)
-            _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n, NH,
-                               sor, soh, NS, G, GP, D, BN, SB)
+            if P > 1:       # a packed window's split past n: its row's group counts it
+                _group_count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr,
+                                         r - r % P, h, n, R, NH, sor, soh, 1, NS, G, GP, D,
+                                         BN, SB, P)
+            else:
+                _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n,
+                                   NH, sor, soh, NS, G, GP, D, BN, SB)
 
 
 @triton.jit
-def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, w0, ns, sor, soh, NS: tl.constexpr,
-             G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr):
-    """Row r, kv head h: its ns split partials (at w0..) added in order 0, 1, ...; loads past
-    the L1 (".cg"): other programs wrote them. CH splits at a time, unrolled, so their loads
-    are issued together (a loop of one split at a time waited on each in turn: the kernel's
-    longest part at short contexts). A split past ns loads m = -inf (weight exp(-inf) = 0),
-    l = acc = 0: adding its 0 * 0 leaves tot and out as they are, bit for bit, as skipping
-    it would (neither is ever -0.0), so the sum keeps the order 0, 1, ... of the splits."""
+def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, row, ok, h, w0, lane, ns, nsmax, sor, soh,
+             NS: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr):
+    """Tile row i (its window row row[i], stored where ok[i]): its ns[i] split partials (at
+    split slots w0[i].., lane lane[i]) added in order 0, 1, ...; loads past the L1 (".cg"):
+    other programs wrote them. CH splits at a time, unrolled, so their loads are issued
+    together (a loop of one split at a time waited on each in turn: the kernel's longest part
+    at short contexts). A split past ns[i] loads m = -inf (weight exp(-inf) = 0), l = acc = 0:
+    adding its 0 * 0 leaves tot and out as they are, bit for bit, as skipping it would
+    (neither is ever -0.0), so each tile row's sum keeps the order 0, 1, ... of its splits,
+    whatever the other tile rows' counts (nsmax, their largest)."""
     g = tl.arange(0, GP)
     dd = tl.arange(0, D)
     c8 = tl.arange(0, CH)
     mx = tl.full([GP], float("-inf"), tl.float32)
     for c in range(0, NS, CH):                  # the max: exact in any order
-        if c < ns:
-            mm = tl.load(m_ptr + (w0 + c + c8)[:, None] * GP + g[None, :],
-                         mask=(c + c8)[:, None] < ns, other=float("-inf"), cache_modifier=".cg")
+        if c < nsmax:
+            mm = tl.load(m_ptr + (w0[None, :] + c + c8[:, None]) * GP + lane[None, :],
+                         mask=(c + c8)[:, None] < ns[None, :], other=float("-inf"),
+                         cache_modifier=".cg")
             mx = tl.maximum(mx, tl.max(mm, 0))
     tot = tl.zeros([GP], tl.float32)
     out = tl.zeros([GP, D], tl.float32)
     for c in range(0, NS, CH):
-        if c < ns:
+        if c < nsmax:
             for j in tl.static_range(CH):
-                w = w0 + c + j
-                ok = c + j < ns
-                wt = tl.exp(tl.load(m_ptr + w * GP + g, mask=ok, other=float("-inf"),
+                w = (w0 + c + j) * GP + lane
+                use = c + j < ns
+                wt = tl.exp(tl.load(m_ptr + w, mask=use, other=float("-inf"),
                                     cache_modifier=".cg") - mx)
-                tot += tl.load(l_ptr + w * GP + g, mask=ok, other=0.0, cache_modifier=".cg") * wt
-                out += tl.load(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], mask=ok,
+                tot += tl.load(l_ptr + w, mask=use, other=0.0, cache_modifier=".cg") * wt
+                out += tl.load(acc_ptr + w[:, None] * D + dd[None, :], mask=use[:, None],
                                other=0.0, cache_modifier=".cg") * wt[:, None]
     out = out / tot[:, None]
-    tl.store(o_ptr + r * sor + (h * G + g)[:, None] * soh + dd[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
+    tl.store(o_ptr + row[:, None] * sor + (h * G + g % G)[:, None] * soh + dd[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=ok[:, None])
 
 
 _COUNTERS: dict = {}       # device -> int32 zeros, one per (row, kv head); each pass leaves 0s

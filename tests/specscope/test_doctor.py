@@ -276,19 +276,32 @@ def test_attention_over_many_splits_keeps_its_rows_and_sums(capsys):
         assert torch.equal(alone, got[2:])
 
 
+class _Poisoned:
+    """torch, but `empty` gives NaN-filled tensors."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def empty(*size, dtype=None, device=None):
+        return torch.full(size, float("nan"), dtype=dtype, device=device)
+
+
 @child_only
 def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
     """A window's splits of committed keys run GP // G rows to a program (triton_attention's
     rows packed, P): every row, head and the combine's result equal one row a program
     (SPECSCOPE_ATTN_PACK=0) bit for bit, for 3, 4 and 2 query heads a kv head (5, 4 and 8
     rows a program), windows of 2-17 rows (rows left over in the last program), a tree, and
-    contexts whose splits are all committed but the last, or reach past n in two."""
+    contexts whose splits are all committed but the last, or reach past n in two, and rows of
+    one program whose split counts differ (n = 254: 2 or 3 splits; a group's one combine adds
+    each row's own)."""
     import engine.kernels.triton_attention as ta
     from engine.kernels.window_layout import WindowLayout, ancestor_table
     from engine.speculation.tree import TokenTree
     g = torch.Generator().manual_seed(7)
     kernel = ta._split_kernel
-    for hq, hkv, d, rows, n in ((9, 3, 32, 7, 300), (8, 2, 32, 17, 250), (4, 2, 16, 5, 640),
+    for hq, hkv, d, rows, n in ((9, 3, 32, 7, 300), (8, 2, 32, 17, 254), (4, 2, 16, 5, 640),
                                 (9, 3, 32, 2, 129)):
         q = torch.randn(rows, hq, d, generator=g)
         kv = torch.randn(2, hkv, 1024, d, generator=g)
@@ -305,6 +318,9 @@ def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
                     return kernel[grid](*args, **kw)
                 return launch
         monkeypatch.setattr(ta, "_split_kernel", Spy())
+        # the workspace and output poisoned with NaN: a combine that reads a partial no
+        # program wrote (or an output row left unwritten) shows, whatever the allocator hands out
+        monkeypatch.setattr(ta, "torch", _Poisoned())
         for pack in (True, False):
             got[pack] = ta.layout_attention_triton(q, kv[0], kv[1], lay, pack=pack)
         assert seen == [16 // (hq // hkv), 1]
