@@ -293,23 +293,34 @@ def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
     rows packed, P): every row, head and the combine's result equal one row a program
     (SPECSCOPE_ATTN_PACK=0) bit for bit, for 3, 4 and 2 query heads a kv head (5, 4 and 8
     rows a program), windows of 2-17 rows (rows left over in the last program), a tree, and
-    contexts whose splits are all committed but the last, or reach past n in two, and rows of
-    one program whose split counts differ (n = 254: 2 or 3 splits; a group's one combine adds
-    each row's own)."""
+    contexts whose splits are all committed but the last, or reach past n in two, or none
+    (n = 100), and rows of one program whose split counts differ (n = 254: 2 or 3 splits; a
+    group's one combine adds each row's own). The interpreter runs programs one at a time, in
+    grid order and then reversed: the group's last partial comes from a one-row split in one
+    order and from the packed program in the other, so both combine."""
+    import triton.runtime.interpreter as interp
     import engine.kernels.triton_attention as ta
     from engine.kernels.window_layout import WindowLayout, ancestor_table
     from engine.speculation.tree import TokenTree
     g = torch.Generator().manual_seed(7)
     kernel = ta._split_kernel
+    set_grid_idx = interp.InterpreterBuilder.set_grid_idx
+    order = {"reversed": False}
+
+    def program(self, x, y, z):         # the program the interpreter runs next
+        if order["reversed"]:
+            x, z = self.grid_dim[0] - 1 - x, self.grid_dim[2] - 1 - z
+        return set_grid_idx(self, x, y, z)
+    monkeypatch.setattr(interp.InterpreterBuilder, "set_grid_idx", program)
     for hq, hkv, d, rows, n in ((9, 3, 32, 7, 300), (8, 2, 32, 17, 254), (4, 2, 16, 5, 640),
-                                (9, 3, 32, 2, 129)):
+                                (9, 3, 32, 2, 129), (8, 2, 32, 6, 100)):
         q = torch.randn(rows, hq, d, generator=g)
         kv = torch.randn(2, hkv, 1024, d, generator=g)
         parent = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, rows)]
         tree = TokenTree.from_rows(list(range(rows)), parent)
         depths, mask = list(tree.row_depths), tree.ancestor_mask()
         lay = WindowLayout(torch.tensor(n), torch.tensor(depths), ancestor_table(depths, mask))
-        got, seen = {}, []
+        seen = []
 
         class Spy:      # the P each launch was given: packing must have reached the kernel
             def __getitem__(self, grid):
@@ -321,10 +332,13 @@ def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
         # the workspace and output poisoned with NaN: a combine that reads a partial no
         # program wrote (or an output row left unwritten) shows, whatever the allocator hands out
         monkeypatch.setattr(ta, "torch", _Poisoned())
-        for pack in (True, False):
-            got[pack] = ta.layout_attention_triton(q, kv[0], kv[1], lay, pack=pack)
-        assert seen == [16 // (hq // hkv), 1]
-        assert torch.equal(got[True], got[False]), (hq, hkv, rows, n)
+        order["reversed"] = False
+        alone = ta.layout_attention_triton(q, kv[0], kv[1], lay, pack=False)
+        for rev in (False, True):
+            order["reversed"] = rev
+            packed = ta.layout_attention_triton(q, kv[0], kv[1], lay, pack=True)
+            assert torch.equal(packed, alone), (hq, hkv, rows, n, "reversed" if rev else "in order")
+        assert seen == [1] + [16 // (hq // hkv)] * 2
 
 
 @child_only
