@@ -189,3 +189,15 @@ def test_penalty_strip_and_plot_do_not_overlap(qtbot, make_window):
         assert not at(pv.history).intersects(at(pv.plot_widget)), size
         assert pv.history.height() >= 3 * pv.history.fontMetrics().lineSpacing()
         assert pv.plot_widget.height() >= 80
+
+
+def test_verify_rows_headers_fit_their_columns(qtbot):
+    """Each column but the last (which stretches) is at least as wide as its header's text in
+    the header's own font: fixed widths clipped "depth" and "accept" under the offscreen font."""
+    from workbench.views.rows import COLUMNS, VerifyRowsView
+    view = VerifyRowsView()
+    qtbot.addWidget(view)
+    h = view.table.horizontalHeader()
+    fm = h.fontMetrics()
+    for c, text in enumerate(COLUMNS[:-1]):
+        assert h.sectionSize(c) >= fm.horizontalAdvance(text) + 12, (text, h.sectionSize(c))

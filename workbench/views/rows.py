@@ -207,8 +207,11 @@ class VerifyRowsView(QWidget):
         h = self.table.horizontalHeader()
         h.setHighlightSections(False)
         h.setStretchLastSection(True)
+        # at least each header's own text (the font decides: a fixed width clipped "depth"
+        # and "accept" under the offscreen platform's font)
+        fm = h.fontMetrics()
         for c, w in enumerate((36, 46, 96, 96, 50, 46, 52, 84, 150)):
-            h.resizeSection(c, w)
+            h.resizeSection(c, max(w, fm.horizontalAdvance(COLUMNS[c]) + 18))
         h.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)

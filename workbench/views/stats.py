@@ -122,7 +122,7 @@ class StatsView(QWidget):
         plots = []
         for i, (title, left, bottom) in enumerate((
                 ("throughput", "tok/s", "seconds"), ("tokens / window", "tokens", "window"),
-                ("reach by depth", "P(path reaches d)", "draft depth d"),
+                ("reach by depth", "P(reach d)", "draft depth d"),
                 ("tokens / pass vs γ", "tokens / pass", "draft depth γ"))):
             r, c = 2 * (i // 2), i % 2
             p = self.glw.addPlot(row=r, col=c)
@@ -150,6 +150,8 @@ class StatsView(QWidget):
         _whole_axis(self.p_pass, 0, 4, axis="left")
         self.p_pass.setToolTip("each bar: accepted drafts (green) plus the target's own token "
                                "(amber bonus, blue correction, white a plain step); white line: running mean")
+        self.p_depth.setToolTip("the share of windows whose accepted path reaches depth d "
+                                "(dots, this run) against α^d (dashes)")
         self.p_gamma.setToolTip("expected tokens per pass if drafts stopped at depth γ: measured "
                                 "1 + Σ P(path reaches d ≤ γ), theory (1 − α^(γ+1)) / (1 − α)")
 
