@@ -9,6 +9,7 @@
 #                                      # the 8B-like passes PACK 1 / 0; its chains of rows
 #                                      # against one-row passes (PACK on)
 #   bash bench/pack_session.sh bits    # the attention A/B alone (no 8B-like model)
+#   bash bench/pack_session.sh treei   # tree and default against llama.cpp, interleaved per prompt
 #   bash bench/pack_session.sh group   # the group combine: this tree against the one before it
 #                                      # (.old/engine_pre_group.tgz), PACK 0 and 1, no model
 #   bash bench/pack_session.sh tree    # the bundled model (joined at /tmp/model) with .peers:
@@ -59,6 +60,13 @@ tree)    # the bundled model at /tmp/model: llama.cpp's n-gram speculation (buil
   done ;;
 bits)    # the attention A/B alone (no model)
   attn_ab ;;
+treei)   # the bundled model at /tmp/model, llama.cpp built: its n-gram runs interleaved with ours,
+         # prompt by prompt (bench/tree_vs_llamacpp.py --llama-build), PACK as set by the caller
+  [ -x $B/llama-speculative-simple ] || lcpp_build 16 llama-bench llama-speculative-simple
+  step "tree and default against llama.cpp's n-gram speculation, interleaved"
+  timeout 500 python3 bench/tree_vs_llamacpp.py --model $M --llama-build /tmp/lcpp/llama.cpp/build \
+    --llama-extra "-ngl 99 -fa on" --configs none,tree:8:3,default --out $OUT/tvli_$SECONDS.json \
+    --llama-out $OUT/llamai_$SECONDS.json 2>&1 | grep -v Warn | tail -30 ;;
 group)   # one combine a group of packed rows (this tree) against one a row (the tree before it,
          # .old/engine_pre_group.tgz: `git archive 5386279 engine | gzip`), PACK 0 and 1; no model
   step "attention: the tree before the group combine and this tree, PACK 0 and 1"

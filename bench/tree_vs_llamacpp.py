@@ -3,6 +3,15 @@
 
     python3 bench/tree_vs_llamacpp.py --model F.gguf --llama LLAMACPP_SPEC.json --out OUT.json \
         [--device cuda] [--dtype bfloat16] [--configs none,tree:8:3,lookup:8:1,default] [--repeats 2]
+    python3 bench/tree_vs_llamacpp.py --model F.gguf --llama-build BUILD --llama-extra "-ngl 99 -fa on" \
+        --out OUT.json [--per-category 3] [--llama-out LLAMACPP_SPEC.json]
+
+The second form interleaves: for each prompt and repeat, llama.cpp's plain and n-gram variants
+run (bench/llamacpp_spec.py's runner, a process each) right before our configurations of the
+same prompt, so both sides of a prompt's ratio are timed within a minute of each other. On a
+shared machine the host's speed comes and goes in spells of tens of seconds, and a window's host
+work sits on its critical path (BENCHMARKS.md, "Rows packed, measured"): a llama.cpp run made
+minutes before ours meets another machine.
 
 LLAMACPP_SPEC.json is bench/llamacpp_spec.py's output for the same model (its prompts: the
 workload and per-category count it records are reused, rendered with the model's chat template
@@ -30,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from common import run_after_first_window  # noqa: E402
-from llamacpp_spec import prompt_texts  # noqa: E402
+from llamacpp_spec import NEVER_DRAFTS, NGRAM_SIMPLE, SPEC_DEFAULT, prompt_texts, run_one  # noqa: E402
 
 NGRAM_VARIANTS = ("spec-default", "ngram-simple", "exported")
 
@@ -73,6 +82,41 @@ def llama_best(spec: dict) -> dict[str, dict]:
     return best
 
 
+class Interleaved:
+    """llama.cpp's runs of one prompt at a time (llamacpp_spec.run_one), between ours."""
+
+    VARIANTS = {"plain": NEVER_DRAFTS, "spec-default": SPEC_DEFAULT, "ngram-simple": NGRAM_SIMPLE}
+
+    def __init__(self, build: str, model: str, tokens: int, extra: str) -> None:
+        import shlex
+        import tempfile
+        b = Path(build)
+        self.binary = next((x for x in (b / "bin" / "llama-speculative-simple",
+                                        b / "llama-speculative-simple") if x.is_file()), None)
+        if self.binary is None:
+            raise SystemExit(f"no llama-speculative-simple under {build} (cmake --build build "
+                             "--target llama-speculative-simple)")
+        self.model, self.tokens, self.extra = model, tokens, shlex.split(extra)
+        self.dir = tempfile.mkdtemp(prefix="tvl_")
+        self.runs: list[dict] = []
+
+    def run(self, prompt: dict, rep: int) -> None:
+        f = Path(self.dir) / f"{prompt['id']}.txt"
+        f.write_text(prompt["text"])
+        for name, flags in self.VARIANTS.items():
+            r = run_one(self.binary, self.model, f, self.tokens, flags, None, self.extra, 300.0)
+            self.runs.append({"prompt": prompt["id"], "category": prompt["category"],
+                              "variant": name, "repeat": rep - 1, "flags": flags, **r})
+
+    def record(self, workload: str, per_category: int) -> dict:
+        """llamacpp_spec.py's JSON shape (its runs; what this script and its readers use)."""
+        return {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "binary": str(self.binary),
+                "build": next((r["build"] for r in self.runs if r["build"]), None),
+                "model": self.model, "tokens": self.tokens, "extra": " ".join(self.extra),
+                "variants": self.VARIANTS, "workload": workload, "per_category": per_category,
+                "prompt_limit": None, "interleaved": True, "runs": self.runs}
+
+
 # what each of our runs records beside its speed (Decoder.report's keys)
 RUN_KEYS = ("decode_tok_s", "new_tokens", "windows", "tokens_per_pass", "accepted_draft_tokens",
             "ar_windows", "retired", "ar_floor")
@@ -81,7 +125,17 @@ RUN_KEYS = ("decode_tok_s", "new_tokens", "windows", "tokens_per_pass", "accepte
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--llama", required=True, help="bench/llamacpp_spec.py's --out JSON")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--llama", help="bench/llamacpp_spec.py's --out JSON (llama.cpp run before)")
+    src.add_argument("--llama-build", help="a llama.cpp build dir: its runs interleaved with ours, "
+                                           "prompt by prompt")
+    ap.add_argument("--llama-extra", default="", help='with --llama-build: flags for every llama.cpp '
+                                                      'run, e.g. "-ngl 99 -fa on"')
+    ap.add_argument("--workload", default="code-edit,specbench:summarization,qa,rag",
+                    help="with --llama-build (else the JSON's)")
+    ap.add_argument("--per-category", type=int, default=3, help="with --llama-build (else the JSON's)")
+    ap.add_argument("--llama-out", default=None, help="with --llama-build: llama.cpp's runs, as "
+                                                      "bench/llamacpp_spec.py writes them")
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")
@@ -90,13 +144,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=128)
     a = ap.parse_args(argv)
 
-    spec = json.loads(Path(a.llama).read_text())
-    best = llama_best(spec)
-    if not best:
-        raise SystemExit(f"{a.llama}: no n-gram runs with a speed")
-    prompts = prompt_texts(a.model, spec.get("workload", "code-edit,specbench:summarization,qa,rag"),
-                           int(spec.get("per_category", 2)), spec.get("prompt_limit"))
-    prompts = [p for p in prompts if p["id"] in best]
+    if a.llama:
+        spec = json.loads(Path(a.llama).read_text())
+        best = llama_best(spec)
+        if not best:
+            raise SystemExit(f"{a.llama}: no n-gram runs with a speed")
+        prompts = prompt_texts(a.model, spec.get("workload", "code-edit,specbench:summarization,qa,rag"),
+                               int(spec.get("per_category", 2)), spec.get("prompt_limit"))
+        prompts = [p for p in prompts if p["id"] in best]
+        llama = None
+    else:
+        if a.repeats < 1:
+            raise SystemExit("--llama-build needs --repeats 1 or more (llama.cpp runs in every "
+                             "repeat but the warm-up)")
+        prompts = prompt_texts(a.model, a.workload, a.per_category, None)
+        llama = Interleaved(a.llama_build, a.model, a.tokens, a.llama_extra)
+        best = {}
 
     from engine.io.load import load_model
     from engine.model.runtime import Runtime
@@ -107,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for p in prompts:
         ids = lm.tokenizer.encode(p["text"], add_special_tokens=False)
-        row = {"prompt": p["id"], "category": p["category"], "llama": best[p["id"]], "ours": {}}
+        row = {"prompt": p["id"], "category": p["category"], "ours": {}}
         for rep in range(a.repeats + 1):             # the first round warms every bucket up
+            if llama is not None and rep:
+                llama.run(p, rep)
             for name, settings in configs.items():
                 dec = Decoder(rt, ids, settings, detail=False)
                 r = run_after_first_window(dec)
@@ -117,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                     # where the speed came from: windows, plain steps the AR floor took, its verdict
                     row.setdefault("runs", {}).setdefault(name, []).append(
                         {k: r[k] for k in RUN_KEYS})
+        if llama is not None:
+            best = llama_best({"runs": llama.runs})
+        row["llama"] = best[p["id"]]
         row["ours"] = {k: statistics.median(v) for k, v in row["ours"].items()}
         lb = row["llama"]["tok_s"]
         row["ratio"] = {k: v / lb for k, v in row["ours"].items()}
@@ -137,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary, indent=1))
     Path(a.out).write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "model": a.model,
                                        "device": rt.device_name, "dtype": rt.dtype_name,
-                                       "configs": a.configs, "summary": summary, "rows": rows},
-                                      indent=1))
+                                       "configs": a.configs, "interleaved": llama is not None,
+                                       "summary": summary, "rows": rows}, indent=1))
+    if llama is not None and a.llama_out:
+        Path(a.llama_out).write_text(json.dumps(llama.record(a.workload, a.per_category), indent=1))
     return 0
 
 
