@@ -2,6 +2,7 @@
 Triton's HIP backend emits ahead of time (no GPU needed).
 
     python bench/amdgcn_mix.py [--target gfx1201] [--rows 1,64] [--dtype bfloat16] [--json F]
+    python bench/amdgcn_mix.py --target gfx1100 --types Q4_K --override I8=1   # the int8 path
 
 For each GGUF type the packed matmul (engine.kernels.triton_kernels.packed_matmul) is recorded
 on meta tensors for a Qwen3-8B gate/up shape (12288 x 4096: no split K on the target's CU
@@ -94,19 +95,21 @@ def mix(qtype: str, rows: int, dtype: torch.dtype, target_name: str, override: d
         cfg = tk.kernel_config(qtype, n, k, t.units, **(override or {}))
     launches = [launch for launch in record(
         lambda: tk.packed_matmul(_meta(rows, k, dtype=dtype), _meta_packed(qtype, n, k), **cfg),
-        t.backend) if launch.name.endswith("_packed_mm_kernel")]
+        t.backend) if launch.name.endswith(("_packed_mm_kernel", "_q4k_i8_kernel"))]   # I8=1: the int8 path
     res = compile_launch(launches[0], t, keep_asm=True)
     if not res.ok:
         return {"qtype": qtype, "rows": rows, "error": res.error}
     asm = res.asm["amdgcn"]
     body = k_loop(asm)
     kw = launches[0].kwargs
-    weights_per_thread = kw["BN"] * 256 * kw["SB"] / (32 * kw["num_warps"])
+    weights_per_thread = kw["BN"] * 256 * kw.get("SB", 1) / (32 * kw["num_warps"])
     counts = {c: 0 for c in CLASSES}
     for op in body:
         counts[classify(op)] += 1
     return {"qtype": qtype, "rows": rows, "dtype": str(dtype).replace("torch.", ""),
-            "BN": kw["BN"], "warps": kw["num_warps"], "stages": kw["num_stages"], "SB": kw["SB"],
+            "kernel": launches[0].name.rsplit(".", 1)[-1],
+            "wmma": sorted({op for op in body if op.startswith("v_wmma")}),
+            "BN": kw["BN"], "warps": kw["num_warps"], "stages": kw["num_stages"], "SB": kw.get("SB", 1),
             "splits": cfg["splits"], "trips": kw["TPS"], "loop_insns": len(body),
             "per_weight": {c: round(v / weights_per_thread, 3) for c, v in counts.items()},
             "total_per_weight": round(len(body) / weights_per_thread, 3),
