@@ -79,6 +79,7 @@ MODEL_TESTS: dict[str, tuple[str, ...]] = {
     "tests/engine/model/test_fused_layer.py": ("test_fused_layer_in_the_triton_interpreter",),
     "tests/engine/model/test_topk.py": ("test_topk_in_the_triton_interpreter",),
     "tests/engine/weights/test_triton_interpret.py": ("test_kernels_in_the_triton_interpreter",),
+    "tests/bench/test_tree_vs_llamacpp.py": (),     # the script in a child, the bundled model
     "tests/bench/test_q4k_native_ab.py": (),         # the A/B script in a child, under the interpreter
     "tests/bench/test_gemv_kernel.py": ("test_gemv_kernel_in_the_triton_interpreter",),
     "tests/bench/test_gpu_speed.py": (
