@@ -118,10 +118,7 @@ def _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n
     ns = tl.cdiv(n + tl.load(depth_ptr + r) + 1, SB * BN)   # the row's splits: its own length only
     done = tl.atomic_add(cnt_ptr + rh, 1, sem="acq_rel", scope="gpu")
     if done == ns - 1:
-        g = tl.arange(0, GP)
-        _combine(o_ptr, m_ptr, l_ptr, acc_ptr, tl.full([GP], r, tl.int32), g < G, h,
-                 tl.full([GP], rh * NS, tl.int32), g, tl.full([GP], ns, tl.int32), ns,
-                 sor, soh, NS, G, GP, D)
+        _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, rh * NS, ns, sor, soh, NS, G, GP, D)
         tl.atomic_xchg(cnt_ptr + rh, 0, sem="relaxed", scope="gpu")
 
 
@@ -143,8 +140,8 @@ def _group_count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r
     ci = r0 * NH + h
     done = tl.atomic_add(cnt_ptr + ci, k, sem="acq_rel", scope="gpu")
     if done + k == total:
-        _combine(o_ptr, m_ptr, l_ptr, acc_ptr, row, ok, h, (row * NH + h) * NS, g % G, ns,
-                 tl.max(ns, 0), sor, soh, NS, G, GP, D)
+        _combine_rows(o_ptr, m_ptr, l_ptr, acc_ptr, row, ok, h, (row * NH + h) * NS, g % G, ns,
+                      tl.max(ns, 0), sor, soh, NS, G, GP, D)
         tl.atomic_xchg(cnt_ptr + ci, 0, sem="relaxed", scope="gpu")
 
 
@@ -205,16 +202,48 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
 
 
 @triton.jit
-def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, row, ok, h, w0, lane, ns, nsmax, sor, soh,
-             NS: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr):
-    """Tile row i (its window row row[i], stored where ok[i]): its ns[i] split partials (at
-    split slots w0[i].., lane lane[i]) added in order 0, 1, ...; loads past the L1 (".cg"):
-    other programs wrote them. CH splits at a time, unrolled, so their loads are issued
-    together (a loop of one split at a time waited on each in turn: the kernel's longest part
-    at short contexts). A split past ns[i] loads m = -inf (weight exp(-inf) = 0), l = acc = 0:
-    adding its 0 * 0 leaves tot and out as they are, bit for bit, as skipping it would
-    (neither is ever -0.0), so each tile row's sum keeps the order 0, 1, ... of its splits,
-    whatever the other tile rows' counts (nsmax, their largest)."""
+def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, w0, ns, sor, soh, NS: tl.constexpr,
+             G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr):
+    """Row r, kv head h: its ns split partials (at w0..) added in order 0, 1, ...; loads past
+    the L1 (".cg"): other programs wrote them. CH splits at a time, unrolled, so their loads
+    are issued together (a loop of one split at a time waited on each in turn: the kernel's
+    longest part at short contexts). A split past ns loads m = -inf (weight exp(-inf) = 0),
+    l = acc = 0: adding its 0 * 0 leaves tot and out as they are, bit for bit, as skipping
+    it would (neither is ever -0.0), so the sum keeps the order 0, 1, ... of the splits."""
+    g = tl.arange(0, GP)
+    dd = tl.arange(0, D)
+    c8 = tl.arange(0, CH)
+    mx = tl.full([GP], float("-inf"), tl.float32)
+    for c in range(0, NS, CH):                  # the max: exact in any order
+        if c < ns:
+            mm = tl.load(m_ptr + (w0 + c + c8)[:, None] * GP + g[None, :],
+                         mask=(c + c8)[:, None] < ns, other=float("-inf"), cache_modifier=".cg")
+            mx = tl.maximum(mx, tl.max(mm, 0))
+    tot = tl.zeros([GP], tl.float32)
+    out = tl.zeros([GP, D], tl.float32)
+    for c in range(0, NS, CH):
+        if c < ns:
+            for j in tl.static_range(CH):
+                w = w0 + c + j
+                ok = c + j < ns
+                wt = tl.exp(tl.load(m_ptr + w * GP + g, mask=ok, other=float("-inf"),
+                                    cache_modifier=".cg") - mx)
+                tot += tl.load(l_ptr + w * GP + g, mask=ok, other=0.0, cache_modifier=".cg") * wt
+                out += tl.load(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], mask=ok,
+                               other=0.0, cache_modifier=".cg") * wt[:, None]
+    out = out / tot[:, None]
+    tl.store(o_ptr + r * sor + (h * G + g)[:, None] * soh + dd[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
+
+
+@triton.jit
+def _combine_rows(o_ptr, m_ptr, l_ptr, acc_ptr, row, ok, h, w0, lane, ns, nsmax, sor, soh,
+                  NS: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr):
+    """_combine for a packed group: tile row i (its window row row[i], stored where ok[i])
+    adds its own ns[i] split partials (at split slots w0[i].., lane lane[i]) with _combine's
+    operations in _combine's order; a split past ns[i] adds 0 * 0 as there, so each tile row
+    gets its row's bits whatever the other tile rows' counts (nsmax, their largest). Kept
+    apart from _combine so the one-row-a-program path compiles as it did when measured."""
     g = tl.arange(0, GP)
     dd = tl.arange(0, D)
     c8 = tl.arange(0, CH)
