@@ -53,11 +53,7 @@ tree)    # the bundled model at /tmp/model: llama.cpp's n-gram speculation (buil
       --llama $OUT/llamacpp_spec_gpu.json --configs none,tree:8:3,default \
       --out $OUT/tvl_pack${p}_$SECONDS.json 2>&1 | grep -v Warn | tail -9
   done
-  for p in 1 0; do
-    step "host_steps, PACK $p"
-    SPECSCOPE_ATTN_PACK=$p timeout 200 python3 bench/host_steps.py $M --prompts 3 --tokens 96 \
-      --json "$OUT/host_steps_pack${p}.json" 2>&1 | grep -v Warn | sed -n 2,9p
-  done ;;
+  host_steps_ab SPECSCOPE_ATTN_PACK 3 1 0 ;;
 bits)    # the attention A/B alone (no model)
   attn_ab ;;
 treei)   # the bundled model at /tmp/model, llama.cpp built: its n-gram runs interleaved with ours,

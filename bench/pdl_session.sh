@@ -39,11 +39,7 @@ all)        # one call: exact (PDL 2), then 2 rounds of tg128 against our decode
     tg $M bundled_$r
     for p in $order; do decode $M $p $r; done
   done
-  for p in 0 2; do
-    step "host_steps, pdl $p"
-    SPECSCOPE_PDL=$p timeout 120 python3 bench/host_steps.py $M --prompts 2 --tokens 96 \
-      --json "$OUT/host_steps_p${p}_$SECONDS.json" 2>&1 | grep -v Warn | sed -n 2,7p
-  done ;;
+  host_steps_ab SPECSCOPE_PDL 2 0 2 ;;
 one)        # a single call, no bundled file carried: the bundled model's shape with random Q4_1
             # weights (bench/make_model.py), the chain, exactness (bfloat16) with PDL 2, then
             # our decode PDL 0 / 2 twice around llama.cpp's tg128 on that file
@@ -76,11 +72,7 @@ speed)
     tg $M bundled_$r
     for p in $order; do decode $M $p $r; done
   done
-  for p in 0 2 2 0; do
-    step "host_steps, pdl $p"
-    SPECSCOPE_PDL=$p timeout 200 python3 bench/host_steps.py $M --prompts 3 --tokens 96 \
-      --json "$OUT/host_steps_p${p}_$SECONDS.json" 2>&1 | grep -v Warn | sed -n 2,7p
-  done
+  host_steps_ab SPECSCOPE_PDL 3 0 2 2 0
   step "kernels, pdl 2 and 0"
   for p in 2 0; do
     SPECSCOPE_PDL=$p timeout 150 python3 bench/gpu_speed.py kernels --model $M --out "$OUT/k_p$p" --top 10 \

@@ -32,11 +32,7 @@ exact)
   SPECSCOPE_TAIL=${TAIL:-1} bash bench/gpu_exact_all_session.sh new
   wait ;;
 speed)
-  for t in 0 1 0 1; do
-    step "host_steps, tail $t"
-    SPECSCOPE_TAIL=$t timeout 200 python3 bench/host_steps.py $M --prompts 3 --tokens 96 \
-      --json "$OUT/host_steps_t${t}_$SECONDS.json" 2>&1 | grep -v Warn | sed -n 2,7p
-  done
+  host_steps_ab SPECSCOPE_TAIL 3 0 1 0 1
   for r in 1 2 3; do
     order="0 1"; [ $r = 2 ] && order="1 0"
     tg $M bundled_$r

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,8 +90,6 @@ class Interleaved:
     VARIANTS = {"plain": NEVER_DRAFTS, "spec-default": SPEC_DEFAULT, "ngram-simple": NGRAM_SIMPLE}
 
     def __init__(self, build: str, model: str, tokens: int, extra: str) -> None:
-        import shlex
-        import tempfile
         b = Path(build)
         self.binary = next((x for x in (b / "bin" / "llama-speculative-simple",
                                         b / "llama-speculative-simple") if x.is_file()), None)
@@ -97,7 +97,8 @@ class Interleaved:
             raise SystemExit(f"no llama-speculative-simple under {build} (cmake --build build "
                              "--target llama-speculative-simple)")
         self.model, self.tokens, self.extra = model, tokens, shlex.split(extra)
-        self.dir = tempfile.mkdtemp(prefix="tvl_")
+        self._tmp = tempfile.TemporaryDirectory(prefix="tvl_")   # the prompt files, removed at exit
+        self.dir = self._tmp.name
         self.runs: list[dict] = []
 
     def run(self, prompt: dict, rep: int) -> None:
