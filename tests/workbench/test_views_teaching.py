@@ -201,3 +201,20 @@ def test_verify_rows_headers_fit_their_columns(qtbot):
     fm = h.fontMetrics()
     for c, text in enumerate(COLUMNS[:-1]):
         assert h.sectionSize(c) >= fm.horizontalAdvance(text) + 12, (text, h.sectionSize(c))
+
+
+def test_verify_rows_last_header_shows_its_start_when_cut(qtbot):
+    """The stretched last column is narrower than its header's text in a narrow dock: the text
+    is left-aligned and cut at the right ("judged by…"). Centred (before), its first words fell
+    off the left edge ("arget top-5 (afte"), seen in a screenshot."""
+    from PySide6.QtCore import Qt
+    from workbench.views.rows import COLUMNS, VerifyRowsView
+    view = VerifyRowsView()
+    qtbot.addWidget(view)
+    h = view.table.horizontalHeader()
+    last = len(COLUMNS) - 1
+    align = Qt.AlignmentFlag(view.model.headerData(last, Qt.Orientation.Horizontal,
+                                                   Qt.ItemDataRole.TextAlignmentRole))
+    assert align & Qt.AlignmentFlag.AlignLeft and not align & Qt.AlignmentFlag.AlignHCenter
+    assert h.textElideMode() == Qt.TextElideMode.ElideRight
+    assert h.sectionSize(last) < h.fontMetrics().horizontalAdvance(COLUMNS[last])  # it is cut

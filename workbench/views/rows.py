@@ -133,6 +133,10 @@ class RowsModel(QAbstractTableModel):
             return COLUMNS[section]
         if role == Qt.ItemDataRole.ToolTipRole:
             return HEADER_TIPS[section]
+        if role == Qt.ItemDataRole.TextAlignmentRole and section == len(COLUMNS) - 1:
+            # the stretched last column: its text starts at its left edge and is cut at the
+            # right ("…"), where centred it lost its first letters ("arget top-5 (afte")
+            return int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         return None
 
     def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
@@ -207,6 +211,7 @@ class VerifyRowsView(QWidget):
         h = self.table.horizontalHeader()
         h.setHighlightSections(False)
         h.setStretchLastSection(True)
+        h.setTextElideMode(Qt.TextElideMode.ElideRight)
         # at least each header's own text (the font decides: a fixed width clipped "depth"
         # and "accept" under the offscreen platform's font)
         fm = h.fontMetrics()
