@@ -12,6 +12,9 @@
 #   bash bench/pack_session.sh treei   # tree and default against llama.cpp, interleaved per prompt
 #   bash bench/pack_session.sh group   # the group combine: this tree against the one before it
 #                                      # (.old/engine_pre_group.tgz), PACK 0 and 1, no model
+#   bash bench/pack_session.sh sb      # the split's length (SPECSCOPE_ATTN_SPLIT_BLOCKS 2, then 1
+#                                      # and 4) at 1 and 25 rows: µs a launch (other bits: the
+#                                      # splits' sums change, each row's own still); no model
 #   bash bench/pack_session.sh tree    # the bundled model (joined at /tmp/model) with .peers:
 #                                      # tree and default against llama.cpp's n-gram speculation,
 #                                      # PACK 1 / 0 / 0 / 1; host_steps PACK 1 / 0
@@ -75,6 +78,16 @@ group)   # one combine a group of packed rows (this tree) against one a row (the
   for ab in "og_0 new_0" "og_1 new_1" "new_0 new_1"; do
     set -- $ab; step "$1 -> $2"
     python3 bench/attn_ab.py compare $OUT/$1.pt $OUT/$2.pt 2>&1 | tee $OUT/$1_vs_$2.txt | tail -31
+  done
+  rm -f $OUT/*.pt ;;
+sb)      # SPECSCOPE_ATTN_SPLIT_BLOCKS 2 (the default), 1, 4 at 1 and 25 rows (PACK off); a
+         # different length gives other bits (each row's own: exact either way), so compare µs
+  for sb in 2 1 4; do
+    step "attention, SPLIT_BLOCKS $sb"
+    SPECSCOPE_ATTN_SPLIT_BLOCKS=$sb ATTN_AB_ROWS=1,25 timeout 150 python3 bench/attn_ab.py save $OUT/sb$sb.pt > $OUT/sb$sb.log 2>&1 || tail -5 $OUT/sb$sb.log
+  done
+  for sb in 1 4; do
+    python3 bench/attn_ab.py compare $OUT/sb2.pt $OUT/sb$sb.pt 2>&1 | tee $OUT/sb2_vs_$sb.txt
   done
   rm -f $OUT/*.pt ;;
 esac
