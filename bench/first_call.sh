@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for what needs no model, when machine starts are scarce (2026-12-08: seven
-# tries, none started): the packed attention's group combine against the tree before it
-# (`pack_session.sh group`), the split's length (`pack_session.sh sb`), then Triton's compile
+# tries, none started): the combine's loads in one go (`pack_session.sh l3`: same bits, µs),
+# the packed attention's group combine against the tree before it (`pack_session.sh group`), the split's length (`pack_session.sh sb`), then Triton's compile
 # cache for the next session (`triton_cache.sh save`). Every log goes back in one file,
 # $OUT/first.tgz (a call returns at most 8 files: the cache takes the rest); the comparisons
 # are printed. Carry .whl and .old (and .device_model/a1 to start the model's transfer:
@@ -11,6 +11,7 @@ real_out=$OUT
 export OUT=/tmp/first_out
 rm -rf $OUT && mkdir -p $OUT
 nvidia-smi --query-gpu=name --format=csv,noheader
+bash bench/pack_session.sh l3 2>&1 | grep -v Warn
 ATTN_AB_ROWS=16,25 bash bench/pack_session.sh group 2>&1 | grep -v Warn
 bash bench/pack_session.sh sb 2>&1 | grep -v Warn
 tar czf $real_out/first.tgz -C $OUT .

@@ -24,7 +24,9 @@ interpreter against PACK off.
 
 Then the row's last split program to finish (an atomic counter per row and kv head, reset by
 that program) adds the row's splits in order 0, 1, ... (`_combine`; the split count is a
-function of the row's own length only): one launch a layer, no combine kernel. Rows packed
+function of the row's own length only): one launch a layer, no combine kernel (L3, opt-in:
+the combine's partials loaded before any is added, one trip to the L2 a chunk, not one a
+split; the same bits). Rows packed
 count per group of P rows instead, and the group's last partial adds every row's splits in one
 tile, each tile row as its row alone would (`_group_count_and_combine`).
 
@@ -60,6 +62,14 @@ CH = tl.constexpr(int(os.environ.get("SPECSCOPE_ATTN_COMBINE_CH", "8")))
 # and halved the 8B-like model's 16-row attention at long contexts, but doubled the bundled
 # model's; one combine a group (since) is not yet measured on a card
 PACK = os.environ.get("SPECSCOPE_ATTN_PACK", "0") == "1"
+# the combine's loads in one go (L3, opt-in: SPECSCOPE_ATTN_L3=1): one row a program's combine
+# loads a chunk's CH partials as three tiles, all in flight together. The default's loop, CH
+# splits unrolled, compiles (sm_90, Triton 3.6) to one split's loads at a time: each split's
+# weight goes through shared memory (a layout conversion between two barriers) before the
+# next split's loads issue, so a row's combine waits on ns dependent trips to the L2 in turn.
+# The same values, operations and order: the same bits (tests/engine/model/test_attention_l3.py).
+# Not yet timed on a card
+L3 = os.environ.get("SPECSCOPE_ATTN_L3", "0") == "1"
 
 
 @triton.jit
@@ -110,7 +120,7 @@ def _split_blocks(q, kbase, vbase, anc_ptr, r, sar, n, length, start, skc, scale
 @triton.jit
 def _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n, NH, sor, soh,
                        NS: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                       BN: tl.constexpr, SB: tl.constexpr):
+                       BN: tl.constexpr, SB: tl.constexpr, L3: tl.constexpr = False):
     """Row r, kv head h: one more split partial stored; the row's last split to finish adds
     all of them (a counter per (row, kv head); its release/acquire makes the others' partials
     visible) and resets the counter."""
@@ -118,7 +128,7 @@ def _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n
     ns = tl.cdiv(n + tl.load(depth_ptr + r) + 1, SB * BN)   # the row's splits: its own length only
     done = tl.atomic_add(cnt_ptr + rh, 1, sem="acq_rel", scope="gpu")
     if done == ns - 1:
-        _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, rh * NS, ns, sor, soh, NS, G, GP, D)
+        _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, rh * NS, ns, sor, soh, NS, G, GP, D, L3)
         tl.atomic_xchg(cnt_ptr + rh, 0, sem="relaxed", scope="gpu")
 
 
@@ -150,7 +160,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
                   cnt_ptr, o_ptr, sqr, sqh, skh, skc, sar, sor, soh, scale, NS: tl.constexpr,
                   G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
                   SB: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False,
-                  P: tl.constexpr = 1):
+                  P: tl.constexpr = 1, L3: tl.constexpr = False):
     """Program (r, h, s): row r, kv head h, split s. P > 1 (rows packed): a split of committed
     keys only is the same for every row, so the program of each P-th row takes it for rows
     r .. r + P - 1 in one tile (row i's G heads at tile rows i G .. i G + G - 1; the others'
@@ -198,12 +208,33 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
                                          BN, SB, P)
             else:
                 _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n,
-                                   NH, sor, soh, NS, G, GP, D, BN, SB)
+                                   NH, sor, soh, NS, G, GP, D, BN, SB, L3)
+
+
+@triton.jit
+def _part(m_ptr, l_ptr, acc_ptr, w, ok, GP: tl.constexpr, D: tl.constexpr):
+    """Split partial w's (m, l, acc), as _combine's loop loads them (nothing where not ok)."""
+    g = tl.arange(0, GP)
+    dd = tl.arange(0, D)
+    m = tl.load(m_ptr + w * GP + g, mask=ok, other=float("-inf"), cache_modifier=".cg")
+    l = tl.load(l_ptr + w * GP + g, mask=ok, other=0.0, cache_modifier=".cg")
+    a = tl.load(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], mask=ok, other=0.0,
+                cache_modifier=".cg")
+    return m, l, a
+
+
+@triton.jit
+def _add(tot, out, m, l, a, mx):
+    """One split partial added: _combine's loop body, the same operations."""
+    wt = tl.exp(m - mx)
+    tot += l * wt
+    out += a * wt[:, None]
+    return tot, out
 
 
 @triton.jit
 def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, w0, ns, sor, soh, NS: tl.constexpr,
-             G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr):
+             G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, L3: tl.constexpr = False):
     """Row r, kv head h: its ns split partials (at w0..) added in order 0, 1, ...; loads past
     the L1 (".cg"): other programs wrote them. CH splits at a time, unrolled, so their loads
     are issued together (a loop of one split at a time waited on each in turn: the kernel's
@@ -223,14 +254,37 @@ def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, w0, ns, sor, soh, NS: tl.conste
     out = tl.zeros([GP, D], tl.float32)
     for c in range(0, NS, CH):
         if c < ns:
-            for j in tl.static_range(CH):
-                w = w0 + c + j
-                ok = c + j < ns
-                wt = tl.exp(tl.load(m_ptr + w * GP + g, mask=ok, other=float("-inf"),
-                                    cache_modifier=".cg") - mx)
-                tot += tl.load(l_ptr + w * GP + g, mask=ok, other=0.0, cache_modifier=".cg") * wt
-                out += tl.load(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], mask=ok,
-                               other=0.0, cache_modifier=".cg") * wt[:, None]
+            if L3:
+                tl.static_assert(CH == 8, "L3 loads 8 partials a chunk")
+                # the chunk's 8 partials loaded first (each in its own registers, so every
+                # load is issued before the first weight's trip through shared memory), then
+                # added in order 0, 1, ... with the same operations as below
+                m0, l0, a0 = _part(m_ptr, l_ptr, acc_ptr, w0 + c, c < ns, GP, D)
+                m1, l1, a1 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 1, c + 1 < ns, GP, D)
+                m2, l2, a2 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 2, c + 2 < ns, GP, D)
+                m3, l3, a3 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 3, c + 3 < ns, GP, D)
+                m4, l4, a4 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 4, c + 4 < ns, GP, D)
+                m5, l5, a5 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 5, c + 5 < ns, GP, D)
+                m6, l6, a6 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 6, c + 6 < ns, GP, D)
+                m7, l7, a7 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 7, c + 7 < ns, GP, D)
+                tot, out = _add(tot, out, m0, l0, a0, mx)
+                tot, out = _add(tot, out, m1, l1, a1, mx)
+                tot, out = _add(tot, out, m2, l2, a2, mx)
+                tot, out = _add(tot, out, m3, l3, a3, mx)
+                tot, out = _add(tot, out, m4, l4, a4, mx)
+                tot, out = _add(tot, out, m5, l5, a5, mx)
+                tot, out = _add(tot, out, m6, l6, a6, mx)
+                tot, out = _add(tot, out, m7, l7, a7, mx)
+            else:
+                for j in tl.static_range(CH):
+                    w = w0 + c + j
+                    ok = c + j < ns
+                    wt = tl.exp(tl.load(m_ptr + w * GP + g, mask=ok, other=float("-inf"),
+                                        cache_modifier=".cg") - mx)
+                    tot += tl.load(l_ptr + w * GP + g, mask=ok, other=0.0,
+                                   cache_modifier=".cg") * wt
+                    out += tl.load(acc_ptr + (w * GP + g)[:, None] * D + dd[None, :], mask=ok,
+                                   other=0.0, cache_modifier=".cg") * wt[:, None]
     out = out / tot[:, None]
     tl.store(o_ptr + r * sor + (h * G + g)[:, None] * soh + dd[None, :],
              out.to(o_ptr.dtype.element_ty), mask=g[:, None] < G)
@@ -293,12 +347,18 @@ def bind_layout_attention_triton(layout: WindowLayout):
 
 
 def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            layout: WindowLayout, pack: bool | None = None) -> torch.Tensor:
+                            layout: WindowLayout, pack: bool | None = None,
+                            l3: bool | None = None) -> torch.Tensor:
     """q: [R, Hq, D]; k, v: [Hkv, C, D] (one layer of the cache, same strides); layout.n a 0-d or
     1-element long tensor on the device (or an int). Returns [R, Hq, D] in q's dtype. pack: rows
-    packed (default PACK; the same bits either way)."""
+    packed (default PACK; the same bits either way). l3: the combine's loads in one go (default
+    L3; the same bits either way)."""
     R, Hq, D = q.shape
     Hkv, C = k.shape[0], k.shape[1]
+    l3 = L3 if l3 is None else l3
+    if l3 and CH.value != 8:
+        raise ValueError("SPECSCOPE_ATTN_L3=1 loads 8 partials a chunk: leave "
+                         "SPECSCOPE_ATTN_COMBINE_CH at 8")
     G = Hq // Hkv
     GP = max(16, triton.next_power_of_2(G))
     if k.stride(2) != 1 or v.stride() != k.stride() or D & (D - 1) or D < 16:
@@ -321,5 +381,6 @@ def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, n, layout.depth, anc, m_ws, l_ws, acc_ws, _counters(q.device, R * Hkv), out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), anc.stride(0), out.stride(0),
         out.stride(1), D ** -0.5, NS=NS, G=G, GP=GP, D=D, BN=BLOCK, SB=SPLIT_BLOCKS, IEEE=ieee,
-        num_warps=4, **pdl_kwargs(q), **({"P": GP // G} if (PACK if pack is None else pack) and R > 1 and GP // G > 1 else {}))
+        num_warps=4, **pdl_kwargs(q), **({"P": GP // G} if (PACK if pack is None else pack) and R > 1 and GP // G > 1 else {}),
+        **({"L3": True} if l3 else {}))
     return out

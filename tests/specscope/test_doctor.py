@@ -342,6 +342,59 @@ def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
 
 
 @child_only
+def test_the_combine_with_its_loads_first_gives_the_same_bits(monkeypatch):
+    """The combine's chunk of CH partials loaded before any is added (triton_attention's L3,
+    SPECSCOPE_ATTN_L3=1) adds the same values in the same order: every output equals the
+    default combine's bit for bit, the workspace poisoned with NaN, for one to 12 splits (a
+    partial chunk, a full one, a second), a tree's rows whose split counts differ, float32 and
+    float16. The control swaps two splits' order in a chunk (1 and 2: with 0 first, a sum of
+    two terms is the same either way), and the output changes."""
+    import engine.kernels.triton_attention as ta
+    from engine.kernels.window_layout import WindowLayout, ancestor_table
+    from engine.speculation.tree import TokenTree
+    g = torch.Generator().manual_seed(11)
+    kernel = ta._split_kernel
+    seen = []
+
+    class Spy:          # the L3 each launch was given: the variant must have reached the kernel
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append(kw.get("L3", False))
+                return kernel[grid](*args, **kw)
+            return launch
+    monkeypatch.setattr(ta, "_split_kernel", Spy())
+    monkeypatch.setattr(ta, "torch", _Poisoned())
+    span = 64 * ta.SPLIT_BLOCKS
+
+    def run(dt, hq, hkv, d, rows, n, l3):
+        q = torch.randn(rows, hq, d, generator=g.manual_seed(rows + n)).to(dt)
+        kv = torch.randn(2, hkv, 2048, d, generator=g).to(dt)
+        parent = [-1] + [i - 1 for i in range(1, rows)]           # a chain: lengths n .. n + rows - 1
+        tree = TokenTree.from_rows(list(range(rows)), parent)
+        depths, mask = list(tree.row_depths), tree.ancestor_mask()
+        lay = WindowLayout(torch.tensor(n), torch.tensor(depths), ancestor_table(depths, mask))
+        return ta.layout_attention_triton(q, kv[0], kv[1], lay, l3=l3)
+    cases = [(torch.float32, 9, 3, 32, 1, 100), (torch.float16, 4, 2, 16, 3, 3 * span - 2),
+             (torch.float32, 8, 2, 32, 2, 8 * span - 1), (torch.float16, 9, 3, 32, 2, 1500)]
+    for case in cases:
+        assert torch.equal(run(*case, l3=True), run(*case, l3=False)), case
+    assert seen == [True, False] * len(cases)
+
+    add, calls = ta._add, []                   # the control: splits 1 and 2 added 2, 1
+
+    def swap(tot, out, m, l, a, mx):
+        calls.append((m, l, a))
+        if len(calls) == 2:                    # split 1 of the first combine: kept back
+            return tot, out
+        if len(calls) == 3:                    # split 2, then split 1
+            return add(*add(tot, out, m, l, a, mx), *calls[1], mx)
+        return add(tot, out, m, l, a, mx)
+    monkeypatch.setattr(ta, "_add", swap)
+    case = (torch.float32, 9, 3, 32, 1, 1000)  # 8 splits, one chunk
+    assert not torch.equal(run(*case, l3=True), run(*case, l3=False))
+
+
+@child_only
 def test_the_swiglu_check_knows_the_interleaved_layout(capsys):
     """The kernel matches the reference's blocks of 32; a reference with another block size
     (or gate and up not interleaved) does not."""
