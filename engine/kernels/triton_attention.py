@@ -233,6 +233,63 @@ def _add(tot, out, m, l, a, mx):
 
 
 @triton.jit
+def _chunk(m_ptr, l_ptr, acc_ptr, w, k, tot, out, mx, OWN_MAX: tl.constexpr,
+           GP: tl.constexpr, D: tl.constexpr):
+    """L3: the k (<= 8 used) partials from w loaded first, each in its own registers, so every
+    load is issued before the first weight's trip through shared memory; then added in order
+    0, 1, ... with _combine's operations (_add). OWN_MAX: the row's only chunk, its max taken
+    from these loads (a max is exact in any order; mx may differ in the sign of a zero only,
+    and m - mx, exp of it and so the weights do not)."""
+    m0, l0, a0 = _part(m_ptr, l_ptr, acc_ptr, w, 0 < k, GP, D)
+    m1, l1, a1 = _part(m_ptr, l_ptr, acc_ptr, w + 1, 1 < k, GP, D)
+    m2, l2, a2 = _part(m_ptr, l_ptr, acc_ptr, w + 2, 2 < k, GP, D)
+    m3, l3, a3 = _part(m_ptr, l_ptr, acc_ptr, w + 3, 3 < k, GP, D)
+    m4, l4, a4 = _part(m_ptr, l_ptr, acc_ptr, w + 4, 4 < k, GP, D)
+    m5, l5, a5 = _part(m_ptr, l_ptr, acc_ptr, w + 5, 5 < k, GP, D)
+    m6, l6, a6 = _part(m_ptr, l_ptr, acc_ptr, w + 6, 6 < k, GP, D)
+    m7, l7, a7 = _part(m_ptr, l_ptr, acc_ptr, w + 7, 7 < k, GP, D)
+    if OWN_MAX:
+        mx = tl.maximum(tl.maximum(tl.maximum(m0, m1), tl.maximum(m2, m3)),
+                        tl.maximum(tl.maximum(m4, m5), tl.maximum(m6, m7)))
+    tot, out = _add(tot, out, m0, l0, a0, mx)
+    tot, out = _add(tot, out, m1, l1, a1, mx)
+    tot, out = _add(tot, out, m2, l2, a2, mx)
+    tot, out = _add(tot, out, m3, l3, a3, mx)
+    tot, out = _add(tot, out, m4, l4, a4, mx)
+    tot, out = _add(tot, out, m5, l5, a5, mx)
+    tot, out = _add(tot, out, m6, l6, a6, mx)
+    tot, out = _add(tot, out, m7, l7, a7, mx)
+    return tot, out
+
+
+@triton.jit
+def _sum_l3(m_ptr, l_ptr, acc_ptr, w0, ns, NS: tl.constexpr, GP: tl.constexpr,
+            D: tl.constexpr):
+    """_combine's (tot, out) with its loads first (L3): a row of at most 8 splits (a context
+    of up to 8 x 128 positions) in one trip to the L2 for all its partials; more, one trip for
+    the max and one a chunk of 8. The same sums as _combine's loop, bit for bit."""
+    g = tl.arange(0, GP)
+    c8 = tl.arange(0, 8)
+    tot = tl.zeros([GP], tl.float32)
+    out = tl.zeros([GP, D], tl.float32)
+    mx = tl.full([GP], float("-inf"), tl.float32)
+    if ns <= 8:
+        tot, out = _chunk(m_ptr, l_ptr, acc_ptr, w0, ns, tot, out, mx, True, GP, D)
+    else:
+        for c in range(0, NS, 8):                   # the max: exact in any order
+            if c < ns:
+                mm = tl.load(m_ptr + (w0 + c + c8)[:, None] * GP + g[None, :],
+                             mask=(c + c8)[:, None] < ns, other=float("-inf"),
+                             cache_modifier=".cg")
+                mx = tl.maximum(mx, tl.max(mm, 0))
+        for c in range(0, NS, 8):
+            if c < ns:
+                tot, out = _chunk(m_ptr, l_ptr, acc_ptr, w0 + c, ns - c, tot, out, mx, False,
+                                  GP, D)
+    return tot, out
+
+
+@triton.jit
 def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, w0, ns, sor, soh, NS: tl.constexpr,
              G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, L3: tl.constexpr = False):
     """Row r, kv head h: its ns split partials (at w0..) added in order 0, 1, ...; loads past
@@ -243,39 +300,21 @@ def _combine(o_ptr, m_ptr, l_ptr, acc_ptr, r, h, w0, ns, sor, soh, NS: tl.conste
     it would (neither is ever -0.0), so the sum keeps the order 0, 1, ... of the splits."""
     g = tl.arange(0, GP)
     dd = tl.arange(0, D)
-    c8 = tl.arange(0, CH)
-    mx = tl.full([GP], float("-inf"), tl.float32)
-    for c in range(0, NS, CH):                  # the max: exact in any order
-        if c < ns:
-            mm = tl.load(m_ptr + (w0 + c + c8)[:, None] * GP + g[None, :],
-                         mask=(c + c8)[:, None] < ns, other=float("-inf"), cache_modifier=".cg")
-            mx = tl.maximum(mx, tl.max(mm, 0))
-    tot = tl.zeros([GP], tl.float32)
-    out = tl.zeros([GP, D], tl.float32)
-    for c in range(0, NS, CH):
-        if c < ns:
-            if L3:
-                tl.static_assert(CH == 8, "L3 loads 8 partials a chunk")
-                # the chunk's 8 partials loaded first (each in its own registers, so every
-                # load is issued before the first weight's trip through shared memory), then
-                # added in order 0, 1, ... with the same operations as below
-                m0, l0, a0 = _part(m_ptr, l_ptr, acc_ptr, w0 + c, c < ns, GP, D)
-                m1, l1, a1 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 1, c + 1 < ns, GP, D)
-                m2, l2, a2 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 2, c + 2 < ns, GP, D)
-                m3, l3, a3 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 3, c + 3 < ns, GP, D)
-                m4, l4, a4 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 4, c + 4 < ns, GP, D)
-                m5, l5, a5 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 5, c + 5 < ns, GP, D)
-                m6, l6, a6 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 6, c + 6 < ns, GP, D)
-                m7, l7, a7 = _part(m_ptr, l_ptr, acc_ptr, w0 + c + 7, c + 7 < ns, GP, D)
-                tot, out = _add(tot, out, m0, l0, a0, mx)
-                tot, out = _add(tot, out, m1, l1, a1, mx)
-                tot, out = _add(tot, out, m2, l2, a2, mx)
-                tot, out = _add(tot, out, m3, l3, a3, mx)
-                tot, out = _add(tot, out, m4, l4, a4, mx)
-                tot, out = _add(tot, out, m5, l5, a5, mx)
-                tot, out = _add(tot, out, m6, l6, a6, mx)
-                tot, out = _add(tot, out, m7, l7, a7, mx)
-            else:
+    if L3:
+        tot, out = _sum_l3(m_ptr, l_ptr, acc_ptr, w0, ns, NS, GP, D)
+    else:
+        c8 = tl.arange(0, CH)
+        mx = tl.full([GP], float("-inf"), tl.float32)
+        for c in range(0, NS, CH):                  # the max: exact in any order
+            if c < ns:
+                mm = tl.load(m_ptr + (w0 + c + c8)[:, None] * GP + g[None, :],
+                             mask=(c + c8)[:, None] < ns, other=float("-inf"),
+                             cache_modifier=".cg")
+                mx = tl.maximum(mx, tl.max(mm, 0))
+        tot = tl.zeros([GP], tl.float32)
+        out = tl.zeros([GP, D], tl.float32)
+        for c in range(0, NS, CH):
+            if c < ns:
                 for j in tl.static_range(CH):
                     w = w0 + c + j
                     ok = c + j < ns
@@ -356,9 +395,6 @@ def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     R, Hq, D = q.shape
     Hkv, C = k.shape[0], k.shape[1]
     l3 = L3 if l3 is None else l3
-    if l3 and CH.value != 8:
-        raise ValueError("SPECSCOPE_ATTN_L3=1 loads 8 partials a chunk: leave "
-                         "SPECSCOPE_ATTN_COMBINE_CH at 8")
     G = Hq // Hkv
     GP = max(16, triton.next_power_of_2(G))
     if k.stride(2) != 1 or v.stride() != k.stride() or D & (D - 1) or D < 16:
