@@ -15,9 +15,9 @@
 #   bash bench/pack_session.sh sb      # the split's length (SPECSCOPE_ATTN_SPLIT_BLOCKS 2, then 1
 #                                      # and 4) at 1 and 25 rows: µs a launch (other bits: the
 #                                      # splits' sums change, each row's own still); no model
-#   bash bench/pack_session.sh l3      # the combine's loads in one go (SPECSCOPE_ATTN_L3 0, 1):
-#                                      # the same bits (identical N/N expected), µs a launch at
-#                                      # 1, 16 and 25 rows; no model
+#   bash bench/pack_session.sh l3      # the loads first (SPECSCOPE_ATTN_L3, then with
+#                                      # SPECSCOPE_ATTN_KV2): the same bits (identical N/N
+#                                      # expected), µs a launch at 1, 16 and 25 rows; no model
 #   bash bench/pack_session.sh tree    # the bundled model (joined at /tmp/model) with .peers:
 #                                      # tree and default against llama.cpp's n-gram speculation,
 #                                      # PACK 1 / 0 / 0 / 1; host_steps PACK 1 / 0
@@ -83,13 +83,15 @@ group)   # one combine a group of packed rows (this tree) against one a row (the
     python3 bench/attn_ab.py compare $OUT/$1.pt $OUT/$2.pt 2>&1 | tee $OUT/$1_vs_$2.txt | tail -31
   done
   rm -f $OUT/*.pt ;;
-l3)      # SPECSCOPE_ATTN_L3 0 and 1 (the combine's partials loaded before any is added): the
-         # same bits, µs a launch
-  for v in 0 1; do
-    step "attention, L3=$v"
-    SPECSCOPE_ATTN_L3=$v timeout 150 python3 bench/attn_ab.py save $OUT/l3_$v.pt > $OUT/l3_$v.log 2>&1 || tail -5 $OUT/l3_$v.log
+l3)      # the loads first: default, SPECSCOPE_ATTN_L3=1 (the combine's partials), L3 + KV2
+         # (and a split's two blocks): the same bits, µs a launch
+  for v in 00 10 11; do
+    step "attention, L3=${v:0:1} KV2=${v:1:1}"
+    SPECSCOPE_ATTN_L3=${v:0:1} SPECSCOPE_ATTN_KV2=${v:1:1} timeout 150 python3 bench/attn_ab.py save $OUT/l3_$v.pt > $OUT/l3_$v.log 2>&1 || tail -5 $OUT/l3_$v.log
   done
-  python3 bench/attn_ab.py compare $OUT/l3_0.pt $OUT/l3_1.pt 2>&1 | tee $OUT/l3_0_vs_1.txt
+  for v in 10 11; do
+    python3 bench/attn_ab.py compare $OUT/l3_00.pt $OUT/l3_$v.pt 2>&1 | tee $OUT/l3_00_vs_$v.txt
+  done
   rm -f $OUT/*.pt ;;
 sb)      # SPECSCOPE_ATTN_SPLIT_BLOCKS 2 (the default), 1, 4 at 1 and 25 rows (PACK off); a
          # different length gives other bits (each row's own: exact either way), so compare µs

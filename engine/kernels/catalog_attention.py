@@ -41,17 +41,17 @@ def attention_configs(t: Target, scope: str) -> Iterator[tuple[str, Call]]:
                         continue
 
                     def call(hq=hq, hkv=hkv, d=d, cap=cap, rows=rows, dtype=dtype, pack=None,
-                             l3=None):
+                             l3=None, kv2=None):
                         kv = _meta(2, hkv, cap, d, dtype=dtype)       # one layer of the cache
                         layout_attention_triton(_meta(rows, hq, d, dtype=dtype), kv[0], kv[1],
-                                                _graph_layout(rows), pack=pack, l3=l3)
+                                                _graph_layout(rows), pack=pack, l3=l3, kv2=kv2)
                     yield f"{_dt(dtype)} heads {hq}/{hkv}x{d} cache {cap} rows {rows}", call
                     if rows == 16 and cap == 2048 and scope != "kernels":     # rows packed (opt-in)
                         yield (f"{_dt(dtype)} heads {hq}/{hkv}x{d} cache {cap} rows {rows} packed",
                                partial(call, pack=True))
-                    if rows == 1 and cap in (2048, 32768) and scope == "full":   # L3 (opt-in)
-                        yield (f"{_dt(dtype)} heads {hq}/{hkv}x{d} cache {cap} rows {rows} L3",
-                               partial(call, l3=True))
+                    if rows == 1 and cap in (2048, 32768) and scope == "full":   # opt-in
+                        yield (f"{_dt(dtype)} heads {hq}/{hkv}x{d} cache {cap} rows {rows} L3 KV2",
+                               partial(call, l3=True, kv2=True))
 
 
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: int,

@@ -70,6 +70,12 @@ PACK = os.environ.get("SPECSCOPE_ATTN_PACK", "0") == "1"
 # The same values, operations and order: the same bits (tests/engine/model/test_attention_l3.py).
 # Not yet timed on a card
 L3 = os.environ.get("SPECSCOPE_ATTN_L3", "0") == "1"
+# a split's two blocks of keys and values loaded before the first block's arithmetic (KV2,
+# opt-in: SPECSCOPE_ATTN_KV2=1; one row a program, SB = 2): compiled, the unrolled block loop
+# issues the second block's loads after the first block's dots and softmax. The same bits
+# (the same test as L3). On RDNA it costs registers: bfloat16 spills 288-1,484 bytes where
+# the default spills 0-356 (gfx1100, gfx1201). Not yet timed on a card
+KV2 = os.environ.get("SPECSCOPE_ATTN_KV2", "0") == "1"
 
 
 @triton.jit
@@ -118,6 +124,62 @@ def _split_blocks(q, kbase, vbase, anc_ptr, r, sar, n, length, start, skc, scale
 
 
 @triton.jit
+def _block_kv(kbase, vbase, anc_ptr, r, sar, n, length, start, skc, D: tl.constexpr,
+              BN: tl.constexpr):
+    """_split_blocks' keys and values of the block of BN logical positions from start, and
+    which are valid: its loads, nothing computed from them."""
+    dd = tl.arange(0, D)
+    offs = start + tl.arange(0, BN)
+    valid = offs < length
+    rel = offs - n
+    if start + BN <= n:                 # committed keys: no ancestor load to wait on
+        slot = offs.to(tl.int64)
+    else:
+        a = tl.load(anc_ptr + r * sar + rel, mask=valid & (rel >= 0), other=0)
+        slot = tl.where(rel < 0, offs, n + a)
+    kk = tl.load(kbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
+    vv = tl.load(vbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
+    return kk, vv, valid
+
+
+@triton.jit
+def _block_step(q, kk, vv, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
+    """_split_blocks' online softmax over one block: its loop body's operations."""
+    if IEEE:
+        sc = dot_f32(q, tl.trans(kk), None, IEEE)
+    else:
+        sc = tl.dot(q, tl.trans(kk))
+    sc = tl.where(valid[None, :], sc * scale, float("-inf"))           # [GP, BN]
+    m_new = tl.maximum(m_i, tl.max(sc, 1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(sc - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if IEEE:
+        pv = dot_f32(p, vv, None, IEEE)
+    else:
+        pv = tl.dot(p.to(vv.dtype), vv)
+    acc = acc * alpha[:, None] + pv
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _split_blocks_kv2(q, kbase, vbase, anc_ptr, r, sar, n, length, start, skc, scale,
+                     GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, IEEE: tl.constexpr):
+    """_split_blocks for a split of two blocks (SB = 2, the default) with both blocks' keys
+    and values loaded before the first block's arithmetic (KV2): compiled, the loop issued the
+    second block's loads only after the first block's dots and softmax, one more trip to
+    memory a program. The same operations in the same order: the same bits."""
+    k0, v0, ok0 = _block_kv(kbase, vbase, anc_ptr, r, sar, n, length, start, skc, D, BN)
+    k1, v1, ok1 = _block_kv(kbase, vbase, anc_ptr, r, sar, n, length, start + BN, skc, D, BN)
+    m_i = tl.full([GP], float("-inf"), tl.float32)
+    l_i = tl.zeros([GP], tl.float32)
+    acc = tl.zeros([GP, D], tl.float32)
+    m_i, l_i, acc = _block_step(q, k0, v0, ok0, m_i, l_i, acc, scale, IEEE)
+    m_i, l_i, acc = _block_step(q, k1, v1, ok1, m_i, l_i, acc, scale, IEEE)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _count_and_combine(o_ptr, m_ptr, l_ptr, acc_ptr, cnt_ptr, depth_ptr, r, h, n, NH, sor, soh,
                        NS: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                        BN: tl.constexpr, SB: tl.constexpr, L3: tl.constexpr = False):
@@ -160,7 +222,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
                   cnt_ptr, o_ptr, sqr, sqh, skh, skc, sar, sor, soh, scale, NS: tl.constexpr,
                   G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, BN: tl.constexpr,
                   SB: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr = False,
-                  P: tl.constexpr = 1, L3: tl.constexpr = False):
+                  P: tl.constexpr = 1, L3: tl.constexpr = False, KV2: tl.constexpr = False):
     """Program (r, h, s): row r, kv head h, split s. P > 1 (rows packed): a split of committed
     keys only is the same for every row, so the program of each P-th row takes it for rows
     r .. r + P - 1 in one tile (row i's G heads at tile rows i G .. i G + G - 1; the others'
@@ -196,8 +258,12 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, n_ptr, depth_ptr, anc_ptr, m_ptr, l_ptr, 
         if start < length:
             q = tl.load(q_ptr + r * sqr + (h * G + g)[:, None] * sqh + dd[None, :],
                         mask=g[:, None] < G, other=0.0)                         # [GP, D]
-            m_i, l_i, acc = _split_blocks(q, kbase, vbase, anc_ptr, r, sar, n, length, start, skc,
-                                          scale, GP, D, BN, SB, IEEE)
+            if KV2 and SB == 2:
+                m_i, l_i, acc = _split_blocks_kv2(q, kbase, vbase, anc_ptr, r, sar, n, length,
+                                                 start, skc, scale, GP, D, BN, IEEE)
+            else:
+                m_i, l_i, acc = _split_blocks(q, kbase, vbase, anc_ptr, r, sar, n, length,
+                                              start, skc, scale, GP, D, BN, SB, IEEE)
             w = (r * NH + h) * NS + s
             tl.store(m_ptr + w * GP + g, m_i)
             tl.store(l_ptr + w * GP + g, l_i)
@@ -387,14 +453,15 @@ def bind_layout_attention_triton(layout: WindowLayout):
 
 def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             layout: WindowLayout, pack: bool | None = None,
-                            l3: bool | None = None) -> torch.Tensor:
+                            l3: bool | None = None, kv2: bool | None = None) -> torch.Tensor:
     """q: [R, Hq, D]; k, v: [Hkv, C, D] (one layer of the cache, same strides); layout.n a 0-d or
     1-element long tensor on the device (or an int). Returns [R, Hq, D] in q's dtype. pack: rows
     packed (default PACK; the same bits either way). l3: the combine's loads in one go (default
-    L3; the same bits either way)."""
+    L3), kv2: a split's two blocks loaded first (default KV2); the same bits either way."""
     R, Hq, D = q.shape
     Hkv, C = k.shape[0], k.shape[1]
     l3 = L3 if l3 is None else l3
+    kv2 = KV2 if kv2 is None else kv2
     G = Hq // Hkv
     GP = max(16, triton.next_power_of_2(G))
     if k.stride(2) != 1 or v.stride() != k.stride() or D & (D - 1) or D < 16:
@@ -418,5 +485,5 @@ def layout_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), anc.stride(0), out.stride(0),
         out.stride(1), D ** -0.5, NS=NS, G=G, GP=GP, D=D, BN=BLOCK, SB=SPLIT_BLOCKS, IEEE=ieee,
         num_warps=4, **pdl_kwargs(q), **({"P": GP // G} if (PACK if pack is None else pack) and R > 1 and GP // G > 1 else {}),
-        **({"L3": True} if l3 else {}))
+        **({"L3": True} if l3 else {}), **({"KV2": True} if kv2 else {}))
     return out

@@ -342,12 +342,14 @@ def test_attention_rows_packed_give_each_row_its_own_bits(monkeypatch):
 
 
 @child_only
-def test_the_combine_with_its_loads_first_gives_the_same_bits(monkeypatch):
-    """The combine's chunk of CH partials loaded before any is added (triton_attention's L3,
-    SPECSCOPE_ATTN_L3=1) adds the same values in the same order: every output equals the
-    default combine's bit for bit, the workspace poisoned with NaN, for one to 12 splits (a
-    partial chunk, a full one, a second), a tree's rows whose split counts differ, float32 and
-    float16. The control swaps two splits' order in a chunk (1 and 2: with 0 first, a sum of
+def test_the_attention_with_its_loads_first_gives_the_same_bits(monkeypatch):
+    """The combine's chunk of partials loaded before any is added (triton_attention's L3,
+    SPECSCOPE_ATTN_L3=1) and a split's two blocks of keys and values loaded before the first
+    block's arithmetic (KV2), L3 alone and both, add the same values in the same order: every
+    output equals the default kernel's bit for bit, the workspace poisoned with NaN, for one to 12 splits (a
+    partial chunk, a full one, a second), a window's rows whose split counts differ, float32 and
+    float16; the last committed split's keys scaled up, so its max is the row's (a max that
+    left a split out would show). The control swaps two splits' order in a chunk (1 and 2: with 0 first, a sum of
     two terms is the same either way), and the output changes."""
     import engine.kernels.triton_attention as ta
     from engine.kernels.window_layout import WindowLayout, ancestor_table
@@ -356,29 +358,35 @@ def test_the_combine_with_its_loads_first_gives_the_same_bits(monkeypatch):
     kernel = ta._split_kernel
     seen = []
 
-    class Spy:          # the L3 each launch was given: the variant must have reached the kernel
+    class Spy:          # the variant each launch was given: it must have reached the kernel
         def __getitem__(self, grid):
             def launch(*args, **kw):
-                seen.append(kw.get("L3", False))
+                seen.append((kw.get("L3", False), kw.get("KV2", False)))
                 return kernel[grid](*args, **kw)
             return launch
     monkeypatch.setattr(ta, "_split_kernel", Spy())
     monkeypatch.setattr(ta, "torch", _Poisoned())
     span = 64 * ta.SPLIT_BLOCKS
 
-    def run(dt, hq, hkv, d, rows, n, l3):
+    def run(dt, hq, hkv, d, rows, n, l3, kv2=False):
         q = torch.randn(rows, hq, d, generator=g.manual_seed(rows + n)).to(dt)
-        kv = torch.randn(2, hkv, 2048, d, generator=g).to(dt)
+        kv = torch.randn(2, hkv, 2048, d, generator=g)
+        kv[0, :, n - n % span:n] *= 4      # the last committed split's keys: its max the row's
+        kv = kv.to(dt)
         parent = [-1] + [i - 1 for i in range(1, rows)]           # a chain: lengths n .. n + rows - 1
         tree = TokenTree.from_rows(list(range(rows)), parent)
         depths, mask = list(tree.row_depths), tree.ancestor_mask()
         lay = WindowLayout(torch.tensor(n), torch.tensor(depths), ancestor_table(depths, mask))
-        return ta.layout_attention_triton(q, kv[0], kv[1], lay, l3=l3)
-    cases = [(torch.float32, 9, 3, 32, 1, 100), (torch.float16, 4, 2, 16, 3, 3 * span - 2),
-             (torch.float32, 8, 2, 32, 2, 8 * span - 1), (torch.float16, 9, 3, 32, 2, 1500)]
+        return ta.layout_attention_triton(q, kv[0], kv[1], lay, l3=l3, kv2=kv2)
+    cases = [(torch.float32, 3, 1, 32, 1, 100), (torch.float16, 4, 2, 16, 2, span + 10),
+             (torch.float16, 4, 2, 16, 3, 3 * span - 2), (torch.float32, 4, 1, 16, 2, 8 * span - 1),
+             (torch.float16, 3, 1, 16, 2, 1500)]
+    variants = ((True, False), (True, True))
     for case in cases:
-        assert torch.equal(run(*case, l3=True), run(*case, l3=False)), case
-    assert seen == [True, False] * len(cases)
+        want = run(*case, l3=False)
+        for l3, kv2 in variants:
+            assert torch.equal(run(*case, l3=l3, kv2=kv2), want), (case, l3, kv2)
+    assert seen == [(False, False), *variants] * len(cases)
 
     add, calls = ta._add, []                   # the control: splits 1 and 2 added 2, 1
 
@@ -390,7 +398,7 @@ def test_the_combine_with_its_loads_first_gives_the_same_bits(monkeypatch):
             return add(*add(tot, out, m, l, a, mx), *calls[1], mx)
         return add(tot, out, m, l, a, mx)
     monkeypatch.setattr(ta, "_add", swap)
-    case = (torch.float32, 9, 3, 32, 1, 1000)  # 8 splits, one chunk
+    case = (torch.float32, 3, 1, 16, 1, 1000)  # 8 splits, one chunk
     assert not torch.equal(run(*case, l3=True), run(*case, l3=False))
 
 
