@@ -67,7 +67,8 @@ PACK = os.environ.get("SPECSCOPE_ATTN_PACK", "0") == "1"
 # splits unrolled, compiles (sm_90, Triton 3.6) to one split's loads at a time: each split's
 # weight goes through shared memory (a layout conversion between two barriers) before the
 # next split's loads issue, so a row's combine waits on ns dependent trips to the L2 in turn.
-# The same values, operations and order: the same bits (tests/engine/model/test_attention_l3.py).
+# The same values, operations and order: the same bits (tests/specscope/test_doctor.py,
+# test_the_attention_with_its_loads_first_gives_the_same_bits).
 # Not yet timed on a card
 L3 = os.environ.get("SPECSCOPE_ATTN_L3", "0") == "1"
 # a split's two blocks of keys and values loaded before the first block's arithmetic (KV2,
@@ -87,39 +88,17 @@ def _split_blocks(q, kbase, vbase, anc_ptr, r, sar, n, length, start, skc, scale
     (m, l, acc). A block of committed keys only reads cache slots as they are; a block reaching
     past n gathers row r's ancestors (anc). Every q row's result is its own: the same ops on
     the same keys give a row the same bits whichever tile row it sits in."""
-    dd = tl.arange(0, D)
     m_i = tl.full([GP], float("-inf"), tl.float32)
     l_i = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, D], tl.float32)
-    # unrolled, keys and values loaded together: every block's loads issue before the first
-    # block's arithmetic. A block past the row's end (all masked: scores -inf, p = 0, alpha
-    # = 1) leaves m, l, acc as skipping it would, bit for bit; a split's first block is used.
+    # unrolled. Compiled, a block's loads issue after the block before it has been computed
+    # (KV2 loads both first). A block past the row's end (all masked: scores -inf, p = 0,
+    # alpha = 1) leaves m, l, acc as skipping it would, bit for bit; a split's first block is
+    # used.
     for b in tl.static_range(SB):
-        offs = start + b * BN + tl.arange(0, BN)
-        valid = offs < length
-        rel = offs - n
-        if start + (b + 1) * BN <= n:       # committed keys: no ancestor load to wait on
-            slot = offs.to(tl.int64)
-        else:
-            a = tl.load(anc_ptr + r * sar + rel, mask=valid & (rel >= 0), other=0)
-            slot = tl.where(rel < 0, offs, n + a)
-        kk = tl.load(kbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
-        vv = tl.load(vbase + slot[:, None] * skc + dd[None, :], mask=valid[:, None], other=0.0)
-        if IEEE:
-            sc = dot_f32(q, tl.trans(kk), None, IEEE)
-        else:
-            sc = tl.dot(q, tl.trans(kk))
-        sc = tl.where(valid[None, :], sc * scale, float("-inf"))           # [GP, BN]
-        m_new = tl.maximum(m_i, tl.max(sc, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(sc - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            pv = dot_f32(p, vv, None, IEEE)
-        else:
-            pv = tl.dot(p.to(vv.dtype), vv)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+        kk, vv, valid = _block_kv(kbase, vbase, anc_ptr, r, sar, n, length, start + b * BN, skc,
+                                  D, BN)
+        m_i, l_i, acc = _block_step(q, kk, vv, valid, m_i, l_i, acc, scale, IEEE)
     return m_i, l_i, acc
 
 
